@@ -1,0 +1,5 @@
+import sys
+
+from biaslab.cli import main
+
+sys.exit(main())

@@ -1,0 +1,92 @@
+"""`ask`: render a node's prompt, apply its exposures, call its model, parse, re-ask, record.
+
+Every LLM node — agent, judge, user simulator, augmenter — calls models only through here, so
+every call is traced the same way and every node can be exposed or have its prompt swapped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from biaslab.agents.context import CellContext
+from biaslab.agents.parsers import OutputConstraint, ParseError, Parser
+from biaslab.errors import ModelCallError
+from biaslab.prompts.exposure import apply_exposures
+from biaslab.traces.records import CallRecord
+
+__all__ = ["ask", "Answer", "REASK_PROMPT"]
+
+REASK_PROMPT = "common/reask"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A node's parsed answer, or why there is none (never a guessed value)."""
+
+    value: Any = None
+    raw: str | None = None
+    parse_error: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.parse_error is None and self.error is None
+
+
+async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: str,
+              parser: Parser, constraint: OutputConstraint | None = None, item: str = "",
+              sample: int = 0, reasks: int = 1, max_tokens: int | None = None) -> Answer:
+    """One LLM decision of `node`, with up to `reasks` re-asks on a parse failure.
+
+    Args:
+        ctx: the cell's context (bindings, exposures, gateway, trace buffer).
+        node: the node's name; selects its prompt, model and exposures.
+        slots: values the node offers to its template.
+        prompt: the node's default prompt id (a binding may swap it).
+        item: names the sub-call when a node makes several (a batch, a record, a turn).
+        sample: repeat index for k-repeat answers.
+    """
+    template = ctx.template(node, prompt)
+    messages = template.render(slots)
+    exposures = ctx.condition.exposures_for(node)
+    if exposures:
+        messages = apply_exposures(messages, [(e.position, e.text(ctx.prompts)) for e in exposures])
+    spec = ctx.bindings.model_for(node)
+    params: dict[str, Any] = {"temperature": spec.temperature,
+                              "max_tokens": max_tokens or spec.max_tokens, "seed": ctx.seed}
+    if constraint is not None and spec.provider == "local":
+        params.update(constraint.params())
+    answer = Answer(error="no attempt made")
+    for attempt in range(reasks + 1):
+        record = CallRecord(cell_id=ctx.cell_id, node=node, item=item, sample=sample,
+                            attempt=attempt, seed=ctx.seed, exposure_id=ctx.condition.id,
+                            exposed=bool(exposures), prompt_id=template.ref,
+                            prompt_hash=template.content_hash, messages=messages,
+                            model=spec.public(), params=params)
+        describe = f"node '{node}' item '{item}' sample {sample} attempt {attempt} in cell " \
+                   f"{ctx.cell_id} (prompt {template.ref})"
+        try:
+            done = await ctx.gateway.complete(spec, messages, params, sample, describe=describe)
+        except ModelCallError as exc:
+            record.error = str(exc)
+            ctx.calls.append(record)
+            return Answer(error=str(exc))
+        record.raw = done.raw
+        record.cache_key, record.cache_hit = done.cache_key, done.cache_hit
+        record.input_tokens, record.output_tokens = done.input_tokens, done.output_tokens
+        record.latency_s, record.attempts = done.latency_s, done.attempts
+        try:
+            value = parser(done.raw)
+        except ParseError as exc:
+            record.parse_error = str(exc)
+            ctx.calls.append(record)
+            ctx.gateway.counters.parse_failures += 1
+            answer = Answer(raw=done.raw, parse_error=str(exc))
+            reask = ctx.prompts.get(REASK_PROMPT).render({"error": str(exc)})[-1]
+            messages = [*messages, {"role": "assistant", "content": done.raw}, reask]
+            continue
+        record.parsed = value
+        ctx.calls.append(record)
+        return Answer(value=value, raw=done.raw)
+    return answer

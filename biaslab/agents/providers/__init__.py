@@ -1,0 +1,149 @@
+"""Model providers: one spec string selects a LangChain chat model.
+
+Spec strings:
+    ``local`` / ``local:/path/model.gguf``  embedded llama.cpp (default SmolLM2-135M-Instruct)
+    ``openai:<model>``                      api.openai.com, key in ``OPENAI_API_KEY``
+    ``openrouter:<model>``                  openrouter.ai, key in ``OPENROUTER_API_KEY``
+    ``vllm:<model>``                        ``VLLM_BASE_URL`` (default http://localhost:8000/v1)
+    ``ollama:<model>``                      ``OLLAMA_BASE_URL`` (default http://localhost:11434/v1)
+    ``openai-compatible:<model>``           any endpoint; give ``base_url`` in the spec's model table
+    ``scripted:<name>``                     deterministic fake; a registered name or ``module:function``
+
+Keys are read from the environment variable the spec names, at call time; a `ModelSpec` holds
+only the variable's name, so a key can never be written to a spec, trace, report or log.
+Provider SDKs are imported lazily so that each stays optional.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from biaslab.errors import UserError
+
+__all__ = ["ModelSpec", "build_chat_model", "PROVIDERS", "parse_model"]
+
+_HOSTED = {
+    # provider: (default base url or env var holding it, default key env, key required)
+    "openai": (None, "OPENAI_API_KEY", True),
+    "openrouter": ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY", True),
+    "vllm": ("$VLLM_BASE_URL|http://localhost:8000/v1", "VLLM_API_KEY", False),
+    "ollama": ("$OLLAMA_BASE_URL|http://localhost:11434/v1", "OLLAMA_API_KEY", False),
+    "openai-compatible": (None, "OPENAI_API_KEY", False),
+}
+PROVIDERS: tuple[str, ...] = ("local", "scripted", *_HOSTED)
+
+
+class ModelSpec(BaseModel):
+    """Which model a node talks to, and how. Holds no secrets.
+
+    Attributes:
+        provider: one of `PROVIDERS`.
+        model: model name, GGUF path (local) or scripted name.
+        base_url: endpoint for OpenAI-compatible providers.
+        api_key_env: name of the environment variable holding the key.
+        temperature: sampling temperature (0 = greedy).
+        max_tokens: default cap on generated tokens; nodes may ask for fewer.
+        rps: requests per second allowed to this endpoint (None = unlimited).
+        timeout_s: per-call timeout.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: str
+    model: str = ""
+    base_url: str | None = None
+    api_key_env: str | None = None
+    temperature: float = 0.0
+    max_tokens: int = 512
+    rps: float | None = Field(default=None, gt=0)
+    timeout_s: float = Field(default=300.0, gt=0)
+
+    @property
+    def label(self) -> str:
+        """Short name for tables and figures."""
+        if self.provider == "local":
+            return "local" if not self.model else f"local:{os.path.basename(self.model)}"
+        return f"{self.provider}:{self.model}"
+
+    @property
+    def endpoint(self) -> str:
+        """Key for per-endpoint rate limits."""
+        return self.resolved_base_url() or self.provider
+
+    def resolved_base_url(self) -> str | None:
+        if self.base_url:
+            return self.base_url
+        default = _HOSTED.get(self.provider, (None,))[0]
+        if default and default.startswith("$"):
+            env, _, fallback = default[1:].partition("|")
+            return os.environ.get(env, fallback)
+        return default
+
+    def identity(self) -> dict[str, Any]:
+        """What makes two calls the same model call (part of the cache key)."""
+        return {"provider": self.provider, "model": self.model,
+                "base_url": self.resolved_base_url()}
+
+    def public(self) -> dict[str, Any]:
+        """Everything safe to record: the spec itself never holds a key."""
+        return self.model_dump(exclude_none=True)
+
+    def key_env(self) -> str | None:
+        return self.api_key_env or _HOSTED.get(self.provider, (None, None))[1]
+
+    def check_ready(self) -> None:
+        """Fail before a run starts when a required key or endpoint is missing."""
+        if self.provider not in PROVIDERS:
+            raise UserError(f"unknown model provider '{self.provider}' "
+                            f"(known: {', '.join(PROVIDERS)})")
+        if self.provider in _HOSTED:
+            if not self.model:
+                raise UserError(f"model spec '{self.provider}:' needs a model name after the colon")
+            if self.provider == "openai-compatible" and not self.base_url:
+                raise UserError(f"model '{self.label}' needs base_url (set it in the spec's "
+                                "[models.<alias>] table)")
+            env = self.key_env()
+            required = _HOSTED[self.provider][2] or self.api_key_env is not None
+            if required and not os.environ.get(env or ""):
+                raise UserError(f"model '{self.label}' needs an API key in the environment "
+                                f"variable {env} (it is not set)")
+
+
+def parse_model(spec: str | dict | ModelSpec, aliases: dict[str, ModelSpec] | None = None
+                ) -> ModelSpec:
+    """Turn a spec string, table or alias into a `ModelSpec`."""
+    if isinstance(spec, ModelSpec):
+        return spec
+    if isinstance(spec, dict):
+        try:
+            return ModelSpec(**spec)
+        except Exception as exc:  # pydantic's message is long; keep the first line
+            raise UserError(f"bad model table {spec}: {str(exc).splitlines()[0]}") from None
+    if aliases and spec in aliases:
+        return aliases[spec]
+    provider, _, model = spec.partition(":")
+    if provider not in PROVIDERS:
+        raise UserError(f"unknown model '{spec}': provider must be one of {', '.join(PROVIDERS)} "
+                        "(e.g. local, openrouter:meta-llama/llama-3.1-8b-instruct)")
+    return ModelSpec(provider=provider, model=model)
+
+
+def build_chat_model(spec: ModelSpec):
+    """Instantiate the LangChain chat model for a spec (SDK imported only when needed)."""
+    spec.check_ready()
+    if spec.provider == "local":
+        from biaslab.agents.providers.local import LocalChatModel
+        return LocalChatModel(model_path=spec.model or None, temperature=spec.temperature,
+                              max_tokens=spec.max_tokens)
+    if spec.provider == "scripted":
+        from biaslab.agents.providers.scripted import resolve_scripted
+        return resolve_scripted(spec.model)
+    from langchain_openai import ChatOpenAI
+    env = spec.key_env()
+    key = os.environ.get(env or "") or "not-needed"
+    return ChatOpenAI(model=spec.model, base_url=spec.resolved_base_url(), api_key=key,
+                      temperature=spec.temperature, max_tokens=spec.max_tokens,
+                      timeout=spec.timeout_s, max_retries=0)

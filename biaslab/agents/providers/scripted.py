@@ -1,0 +1,176 @@
+"""A deterministic chat model for tests, examples and benchmarks.
+
+It answers by rules over the rendered prompt (regex → text, or a callable), so a test can build
+an agent with a known bias: e.g. lower a probability only when the exposure text is present.
+Faults (timeouts, 429/500/400 errors, malformed text) can be injected for the first n matching
+calls, to exercise retries and parse-failure recording.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Sequence
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import PrivateAttr
+
+from biaslab.errors import ModelCallError, UserError
+
+__all__ = ["ScriptedChatModel", "Rule", "Fault", "ScriptedRequest", "register_scripted",
+           "resolve_scripted"]
+
+
+@dataclass(frozen=True)
+class ScriptedRequest:
+    """What a rule's callable sees."""
+
+    messages: tuple[dict[str, str], ...]
+    kwargs: dict[str, Any]
+    index: int  # how many calls this model answered before
+
+    @property
+    def system(self) -> str:
+        return "\n".join(m["content"] for m in self.messages if m["role"] == "system")
+
+    @property
+    def user(self) -> str:
+        return "\n".join(m["content"] for m in self.messages if m["role"] == "user")
+
+    @property
+    def text(self) -> str:
+        return "\n".join(f"{m['role']}: {m['content']}" for m in self.messages)
+
+
+Responder = str | Callable[[ScriptedRequest], str]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Answer `respond` when `pattern` matches the prompt text (``role: content`` lines)."""
+
+    pattern: str
+    respond: Responder
+
+
+@dataclass
+class Fault:
+    """Fail the first `times` calls whose prompt matches `match` (all calls when None).
+
+    kind: ``timeout`` raises TimeoutError; ``429``/``500``/``400`` raise `ModelCallError` with
+    that status; ``malformed`` answers `text` instead of the rule's answer.
+    """
+
+    kind: Literal["timeout", "429", "500", "503", "400", "malformed"]
+    times: int = 1
+    match: str | None = None
+    retry_after: float | None = None
+    text: str = "Sorry, I can't help with that."
+    seen: int = field(default=0, compare=False)
+
+
+def _as_dict(message: BaseMessage) -> dict[str, str]:
+    role = {"human": "user", "ai": "assistant"}.get(message.type, message.type)
+    return {"role": role, "content": str(message.content)}
+
+
+class ScriptedChatModel(BaseChatModel):
+    """Rules are tried in order; the first match answers. No match uses `default` or fails."""
+
+    rules: list[Any] = []
+    default: Any = None
+    latency_s: float = 0.0
+    faults: list[Any] = []
+    name_: str = "scripted"
+    _count: int = PrivateAttr(default=0)
+
+    @property
+    def _llm_type(self) -> str:
+        return "biaslab-scripted"
+
+    @property
+    def calls_answered(self) -> int:
+        """How many calls reached this model (faults included)."""
+        return self._count
+
+    def _answer(self, messages: Sequence[BaseMessage], kwargs: dict[str, Any]) -> ChatResult:
+        request = ScriptedRequest(tuple(_as_dict(m) for m in messages), dict(kwargs), self._count)
+        self._count += 1
+        text = None
+        for fault in self.faults:
+            if fault.seen >= fault.times:
+                continue
+            if fault.match is not None and not re.search(fault.match, request.text):
+                continue
+            fault.seen += 1
+            if fault.kind == "timeout":
+                raise TimeoutError("scripted timeout")
+            if fault.kind == "malformed":
+                text = fault.text
+                break
+            status = int(fault.kind)
+            raise ModelCallError(f"scripted HTTP {status}", status=status,
+                                 retry_after=fault.retry_after, transient=status == 429 or status >= 500)
+        if text is None:
+            text = self._respond(request)
+        usage = {"input_tokens": max(1, len(request.text) // 4),
+                 "output_tokens": max(1, len(text) // 4)}
+        usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
+        message = AIMessage(content=text, usage_metadata=usage,
+                            response_metadata={"model_name": self.name_, "finish_reason": "stop"})
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _respond(self, request: ScriptedRequest) -> str:
+        for rule in self.rules:
+            if re.search(rule.pattern, request.text, flags=re.S):
+                return rule.respond(request) if callable(rule.respond) else rule.respond
+        if self.default is None:
+            raise ModelCallError(f"scripted model '{self.name_}': no rule matches the prompt "
+                                 f"{request.text[:120]!r}", status=400)
+        return self.default(request) if callable(self.default) else self.default
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        if self.latency_s:
+            time.sleep(self.latency_s)
+        return self._answer(messages, kwargs)
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                         run_manager: AsyncCallbackManagerForLLMRun | None = None,
+                         **kwargs: Any) -> ChatResult:
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        return self._answer(messages, kwargs)
+
+
+_REGISTRY: dict[str, Callable[[], ScriptedChatModel]] = {}
+
+
+def register_scripted(name: str, factory: Callable[[], ScriptedChatModel]) -> None:
+    """Make ``scripted:<name>`` resolve to a fresh model from `factory`."""
+    _REGISTRY[name] = factory
+
+
+def resolve_scripted(name: str) -> ScriptedChatModel:
+    """``scripted:<name>``: a registered factory, or an importable ``module:function``."""
+    if name in _REGISTRY:
+        return _REGISTRY[name]()
+    module_name, _, attr = name.partition(":")
+    if attr:
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise UserError(f"scripted model '{name}': cannot import it ({exc})") from None
+        return factory()
+    # Protocols register their demo agents on import.
+    importlib.import_module("biaslab.graphs")
+    if name in _REGISTRY:
+        return _REGISTRY[name]()
+    raise UserError(f"unknown scripted model '{name}' (registered: {sorted(_REGISTRY)}; "
+                    "or give module:function)")

@@ -1,0 +1,353 @@
+"""UCI Student Performance data (Cortez & Silva, 2008) for the "amplification" protocol.
+
+The protocol predicts whether a student fails the course (final grade G3 < 10) with sex as the
+sensitive attribute. G3 defines the target, so it is dropped from every feature view here: no
+agent prompt, record line or model input can see it. Everything an agent is told about the data
+(`training_summary`) is computed from the training split alone, so test labels cannot leak.
+Attribution and checksums of the shipped files: ``files/student/SOURCE.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.compose import ColumnTransformer
+from sklearn.ensemble import GradientBoostingClassifier
+from sklearn.metrics import accuracy_score, roc_auc_score
+from sklearn.model_selection import train_test_split
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+from biaslab.errors import UserError
+
+__all__ = [
+    "DATASETS",
+    "COLUMNS",
+    "FEATURE_COLUMNS",
+    "NUMERIC_COLUMNS",
+    "CATEGORICAL_COLUMNS",
+    "StudentSplit",
+    "MLPredictor",
+    "load_student",
+    "split_student",
+    "training_summary",
+    "summary_text",
+    "record_text",
+    "fit_ml_predictor",
+]
+
+DATASETS = ("math", "por")
+_FILES = {"math": "student-mat.csv", "por": "student-por.csv"}
+
+COLUMNS = (
+    "school", "sex", "age", "address", "famsize", "Pstatus", "Medu", "Fedu", "Mjob", "Fjob",
+    "reason", "guardian", "traveltime", "studytime", "failures", "schoolsup", "famsup", "paid",
+    "activities", "nursery", "higher", "internet", "romantic", "famrel", "freetime", "goout",
+    "Dalc", "Walc", "health", "absences", "G1", "G2", "G3",
+)
+NUMERIC_COLUMNS = (
+    "age", "Medu", "Fedu", "traveltime", "studytime", "failures", "famrel", "freetime", "goout",
+    "Dalc", "Walc", "health", "absences", "G1", "G2", "G3",
+)
+CATEGORICAL_COLUMNS = tuple(c for c in COLUMNS if c not in NUMERIC_COLUMNS)
+#: What a model or agent may see: everything but the target-defining final grade.
+FEATURE_COLUMNS = tuple(c for c in COLUMNS if c != "G3")
+_GRADES = ("G1", "G2", "G3")
+_HIDDEN = frozenset({"G3", "fail", "sex_code"})
+_SEX_CODES = {"F": 0, "M": 1}
+
+_KEY_FEATURES = ("G1", "G2", "studytime", "failures", "absences", "age", "Medu", "Fedu",
+                 "Dalc", "Walc", "goout")
+_SUMMARY_CATEGORICALS = ("higher", "internet", "romantic", "schoolsup", "address", "school")
+
+
+def _r(x: float) -> float | None:
+    """Round to 3 decimals as a plain float; NaN (empty group, constant column) becomes None."""
+    x = float(x)
+    return None if math.isnan(x) else round(x, 3)
+
+
+def load_student(dataset: str, path: str | os.PathLike | None = None) -> pd.DataFrame:
+    """Read and validate one Student Performance CSV.
+
+    Validation is strict because a silently dropped or misparsed row would change the
+    protocol's fairness numbers without anyone noticing.
+
+    Args:
+        dataset: "math" (student-mat.csv) or "por" (student-por.csv).
+        path: a user's own copy of that file; None reads the copy shipped with biaslab.
+
+    Returns:
+        The 33 original columns in file order (extra columns are ignored), G1/G2/G3 and other
+        numeric columns as int, plus "fail" (G3 < 10) and "sex_code" (F=0, M=1). The index is
+        the 0-based data row number in the file.
+
+    Raises:
+        UserError: one line naming the file and the problem.
+    """
+    if dataset not in DATASETS:
+        raise UserError(f"unknown student dataset {dataset!r}; valid names: {', '.join(DATASETS)}")
+    if path is None:
+        ref = resources.files("biaslab.datasets").joinpath("files", "student", _FILES[dataset])
+        with resources.as_file(ref) as p:
+            return _parse(Path(p))
+    return _parse(Path(path))
+
+
+def _parse(path: Path) -> pd.DataFrame:
+    where = str(path)
+    try:
+        raw = pd.read_csv(path, sep=";", dtype=str, keep_default_na=False, na_filter=False)
+    except FileNotFoundError:
+        raise UserError(f"{where}: file not found") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as e:
+        msg = " ".join(str(e).split())
+        raise UserError(f"{where}: cannot read as a ';'-separated CSV: {msg}") from None
+    missing = [c for c in COLUMNS if c not in raw.columns]
+    if missing:
+        listed = ", ".join(repr(c) for c in missing)
+        raise UserError(f"{where}: missing column{'s' if len(missing) > 1 else ''} {listed} "
+                        f"(expected ';'-separated columns {';'.join(COLUMNS)})")
+    if raw.empty:
+        raise UserError(f"{where}: no data rows")
+    df = raw.loc[:, list(COLUMNS)].copy()
+    df.index = pd.RangeIndex(len(df))
+
+    def err(col: str, i: int, problem: str) -> UserError:
+        return UserError(f"{where}: {problem} in {col} at row {i} (line {i + 2})")
+
+    for col in COLUMNS:
+        values = df[col]
+        blank = values.isna() | (values.astype(str).str.strip() == "")
+        if blank.any():
+            raise err(col, int(blank.idxmax()), "missing value")
+    for col in NUMERIC_COLUMNS:
+        text = df[col].str.strip()
+        bad = ~text.str.fullmatch(r"[+-]?\d+")
+        if bad.any():
+            i = int(bad.idxmax())
+            raise err(col, i, f"unparseable value {df[col][i]!r} (expected an integer)")
+        df[col] = text.astype("int64")
+    for col in _GRADES:
+        bad = (df[col] < 0) | (df[col] > 20)
+        if bad.any():
+            i = int(bad.idxmax())
+            raise err(col, i, f"grade {int(df[col][i])} out of range 0..20")
+    bad = ~df["sex"].isin(list(_SEX_CODES))
+    if bad.any():
+        i = int(bad.idxmax())
+        raise err("sex", i, f"value {df['sex'][i]!r} not in {{F, M}}")
+    df["fail"] = (df["G3"] < 10).astype("int64")
+    df["sex_code"] = df["sex"].map(_SEX_CODES).astype("int64")
+    return df
+
+
+@dataclass(frozen=True, eq=False)
+class StudentSplit:
+    """A seeded train/test split; frames hold features + "sex_code" + "fail", never G3.
+
+    The index of both frames is the original row number, so results can be traced back to the
+    CSV and disjointness checked.
+    """
+
+    dataset: str
+    seed: int
+    train: pd.DataFrame
+    test: pd.DataFrame
+    feature_columns: tuple[str, ...]
+
+    @property
+    def y_train(self) -> np.ndarray:
+        """Training labels (1 = fail)."""
+        return self.train["fail"].to_numpy(dtype=np.int64)
+
+    @property
+    def y_test(self) -> np.ndarray:
+        """Test labels (1 = fail)."""
+        return self.test["fail"].to_numpy(dtype=np.int64)
+
+    @property
+    def sex_train(self) -> np.ndarray:
+        """Training sensitive attribute (F=0, M=1)."""
+        return self.train["sex_code"].to_numpy(dtype=np.int64)
+
+    @property
+    def sex_test(self) -> np.ndarray:
+        """Test sensitive attribute (F=0, M=1)."""
+        return self.test["sex_code"].to_numpy(dtype=np.int64)
+
+
+def split_student(df: pd.DataFrame, *, dataset: str, seed: int, test_size: float = 0.2,
+                  max_test: int | None = None) -> StudentSplit:
+    """Split a `load_student` frame, stratified on "fail", as the paper does (80/20).
+
+    Args:
+        df: output of `load_student`.
+        dataset: which file `df` came from (recorded on the split).
+        seed: `random_state` of the split (the protocol replicates 42, 43, 44).
+        test_size: test fraction.
+        max_test: for smoke runs, keep a seeded stratified subsample of this many test rows.
+            The dropped test rows are *not* moved into train, so train is identical with or
+            without `max_test` and leakage properties hold.
+
+    Returns:
+        A `StudentSplit` with both frames sorted by original row number.
+    """
+    if dataset not in DATASETS:
+        raise UserError(f"unknown student dataset {dataset!r}; valid names: {', '.join(DATASETS)}")
+    need = [c for c in (*FEATURE_COLUMNS, "sex_code", "fail") if c not in df.columns]
+    if need:
+        raise UserError(f"split_student: frame lacks columns {need}; "
+                        "pass the output of load_student")
+    if not 0.0 < test_size < 1.0:
+        raise UserError(f"split_student: test_size must be in (0, 1), got {test_size}")
+    if max_test is not None and max_test < 1:
+        raise UserError(f"split_student: max_test must be a positive integer, got {max_test}")
+    cols = [*FEATURE_COLUMNS, "sex_code", "fail"]
+    train_idx, test_idx = train_test_split(df.index.to_numpy(), test_size=test_size,
+                                           stratify=df["fail"], random_state=seed)
+    if max_test is not None and max_test < len(test_idx):
+        y = df.loc[test_idx, "fail"]
+        classes = y.nunique()
+        if max_test >= classes and len(test_idx) - max_test >= classes:
+            test_idx, _ = train_test_split(test_idx, train_size=max_test, stratify=y,
+                                           random_state=seed)
+        else:  # too small to stratify: a plain deterministic prefix
+            test_idx = test_idx[:max_test]
+    train = df.loc[np.sort(train_idx), cols].copy()
+    test = df.loc[np.sort(test_idx), cols].copy()
+    return StudentSplit(dataset=dataset, seed=seed, train=train, test=test,
+                        feature_columns=FEATURE_COLUMNS)
+
+
+def training_summary(split: StudentSplit) -> dict:
+    """Statistics of the training split only, for the explanation agent's prompt.
+
+    Only `split.train` is read, so nothing about the test records (which the agents are asked
+    to judge) can leak through the summary. Floats are rounded to 3 decimals; the result holds
+    plain Python types and is JSON-serialisable.
+    """
+    tr = split.train
+    fail = tr["fail"]
+    by_sex = {}
+    for name, code in _SEX_CODES.items():
+        grp = fail[tr["sex_code"] == code]
+        by_sex[name] = {"n": int(len(grp)), "fail_rate": _r(grp.mean()) if len(grp) else None}
+    groups = {
+        "by_sex": {name: tr["sex_code"] == code for name, code in _SEX_CODES.items()},
+        "by_outcome": {"fail": fail == 1, "pass": fail == 0},
+    }
+    means = {
+        kind: {label: {f: _r(tr.loc[mask, f].mean()) for f in _KEY_FEATURES}
+               for label, mask in masks.items()}
+        for kind, masks in groups.items()
+    }
+    corr = []
+    for f in (c for c in NUMERIC_COLUMNS if c != "G3"):
+        r = _r(tr[f].astype(float).corr(fail.astype(float)))
+        if r is not None:
+            corr.append((f, r))
+    corr.sort(key=lambda fr: (-abs(fr[1]), fr[0]))
+    categorical = {
+        col: {str(cat): {"n": int(len(g)), "fail_rate": _r(g.mean())}
+              for cat, g in sorted(fail.groupby(tr[col].astype(str)), key=lambda kv: kv[0])}
+        for col in _SUMMARY_CATEGORICALS
+    }
+    return {
+        "n_train": int(len(tr)),
+        "fail_rate": _r(fail.mean()),
+        "fail_rate_by_sex": by_sex,
+        "feature_means": means,
+        "correlation_with_fail": [[f, r] for f, r in corr[:10]],
+        "fail_rate_by_category": categorical,
+    }
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def summary_text(summary: dict) -> str:
+    """Render `training_summary` as a few compact, deterministic lines for a prompt."""
+    sex = summary["fail_rate_by_sex"]
+    means = summary["feature_means"]
+    cols = [("by_sex", "F"), ("by_sex", "M"), ("by_outcome", "fail"), ("by_outcome", "pass")]
+    head = ["feature"] + [label for _, label in cols]
+    rows = [[f] + [_fmt(means[kind][label][f]) for kind, label in cols]
+            for f in means["by_sex"]["F"]]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    table = [" ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                      for i, (cell, w) in enumerate(zip(r, widths))).rstrip()
+             for r in [head, *rows]]
+    lines = [
+        f"Training data: n={summary['n_train']}, failure rate (final grade < 10) = "
+        f"{_fmt(summary['fail_rate'])}",
+        "Failure rate by sex: " + ", ".join(
+            f"{s} {_fmt(v['fail_rate'])} (n={v['n']})" for s, v in sex.items()),
+        "Mean of key features by group (sex; fail/pass):",
+        *("  " + t for t in table),
+        "Correlation with failure (top 10 by |r|): " + ", ".join(
+            f"{f} {r:+.3f}" for f, r in summary["correlation_with_fail"]),
+        "Failure rate by category:",
+        *(f"  {col}: " + ", ".join(f"{cat} {_fmt(v['fail_rate'])} (n={v['n']})"
+                                  for cat, v in cats.items())
+          for col, cats in summary["fail_rate_by_category"].items()),
+    ]
+    return "\n".join(lines)
+
+
+def record_text(row: pd.Series, feature_columns) -> str:
+    """One record as ``"school=GP sex=F age=18 ... G1=5 G2=6"`` for an agent prompt.
+
+    G3, "fail" and "sex_code" are skipped even if listed, since any of them would reveal the
+    label (sex itself is shown in its raw form, as a feature).
+    """
+    return " ".join(f"{c}={row[c]}" for c in feature_columns if c not in _HIDDEN)
+
+
+@dataclass
+class MLPredictor:
+    """The protocol's non-LLM predictor: scaling + one-hot + gradient boosting, fit on train only.
+
+    Attributes:
+        pipeline: fitted sklearn Pipeline (ColumnTransformer -> GradientBoostingClassifier).
+        feature_columns: columns the pipeline reads, in order.
+        seed: random_state used for the classifier.
+    """
+
+    pipeline: Pipeline
+    feature_columns: tuple[str, ...]
+    seed: int
+
+    def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
+        """Failure probability per row of `frame` (which needs the feature columns)."""
+        return self.pipeline.predict_proba(frame.loc[:, list(self.feature_columns)])[:, 1]
+
+    def evaluate(self, split: StudentSplit) -> dict:
+        """Accuracy (threshold 0.5) and ROC AUC on the test split; AUC is None if one class."""
+        p = self.predict_proba(split.test)
+        y = split.y_test
+        auc = float(roc_auc_score(y, p)) if len(np.unique(y)) == 2 else None
+        return {"accuracy": float(accuracy_score(y, (p >= 0.5).astype(int))), "auc": auc}
+
+
+def fit_ml_predictor(split: StudentSplit) -> MLPredictor:
+    """Fit the baseline on `split.train` only (scaler and encoder statistics included)."""
+    feats = split.feature_columns
+    numeric = [c for c in feats if c in NUMERIC_COLUMNS]
+    categorical = [c for c in feats if c not in NUMERIC_COLUMNS]
+    pre = ColumnTransformer([
+        ("num", StandardScaler(), numeric),
+        ("cat", OneHotEncoder(handle_unknown="ignore", sparse_output=False), categorical),
+    ])
+    clf = GradientBoostingClassifier(n_estimators=100, max_depth=4, learning_rate=0.1,
+                                     subsample=0.8, random_state=split.seed)
+    pipe = Pipeline([("pre", pre), ("gbc", clf)])
+    pipe.fit(split.train.loc[:, list(feats)], split.y_train)
+    return MLPredictor(pipeline=pipe, feature_columns=tuple(feats), seed=split.seed)

@@ -1,0 +1,122 @@
+"""Generic group-fairness and performance metrics, fairlearn-style.
+
+Every function takes ``(y_true, y_pred, *, sensitive_features)`` (or the subset it needs) like
+:mod:`fairlearn.metrics`. Predictions are binary labels unless a name says scores. In the
+protocols of this package label 1 means *predicted failure*, so a group's selection rate is its
+predicted failure rate.
+
+The group-gap functions are thin wrappers over fairlearn that turn "undefined" into NaN instead of
+raising or warning, so one degenerate cell never aborts a whole experiment table.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+from fairlearn.metrics import MetricFrame, selection_rate
+from fairlearn.metrics import demographic_parity_difference as _fl_dp_difference
+from fairlearn.metrics import equalized_odds_difference as _fl_eo_difference
+from sklearn.metrics import accuracy_score, roc_auc_score
+
+__all__ = [
+    "predicted_failure_rate_by_group",
+    "demographic_parity_difference",
+    "equalized_odds_difference",
+    "accuracy",
+    "roc_auc",
+]
+
+ArrayLike = Any
+
+
+def _as_1d(a: ArrayLike) -> np.ndarray:
+    return np.asarray(a).reshape(-1)
+
+
+def _py(v: Any) -> Hashable:
+    """numpy scalar -> plain Python scalar, so dict keys compare as ``0``/``1``/``"F"``."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def predicted_failure_rate_by_group(
+    y_true: ArrayLike, y_pred: ArrayLike, *, sensitive_features: ArrayLike
+) -> dict[Hashable, float]:
+    """Share of positive (failure) predictions within each group.
+
+    ``rate_g = #{i in g : y_pred_i = 1} / #{i in g}`` (fairlearn ``selection_rate`` by group).
+    ``y_true`` is only passed through to :class:`fairlearn.metrics.MetricFrame`.
+
+    Returns:
+        ``{group: rate}`` for every group that occurs in ``sensitive_features``, keys as plain
+        Python scalars. Equal rates across groups = demographic parity.
+    """
+    y_pred = _as_1d(y_pred)
+    y_true = _as_1d(y_true) if y_true is not None else np.zeros_like(y_pred)
+    mf = MetricFrame(metrics=selection_rate, y_true=y_true, y_pred=y_pred,
+                     sensitive_features=_as_1d(sensitive_features))
+    return {_py(g): float(v) for g, v in mf.by_group.items()}
+
+
+def demographic_parity_difference(
+    y_true: ArrayLike, y_pred: ArrayLike, *, sensitive_features: ArrayLike
+) -> float:
+    """Largest gap in predicted-positive rate between groups.
+
+    ``DP = max_g P(y_pred=1 | g) - min_g P(y_pred=1 | g)`` (fairlearn, ``between_groups``).
+    0 = every group is predicted to fail equally often; 1 = one group always, another never.
+    NaN when there are no rows.
+    """
+    y_pred = _as_1d(y_pred)
+    if y_pred.size == 0:
+        return float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return float(_fl_dp_difference(_as_1d(y_true), y_pred,
+                                           sensitive_features=_as_1d(sensitive_features)))
+        except (ValueError, ZeroDivisionError):
+            return float("nan")
+
+
+def equalized_odds_difference(
+    y_true: ArrayLike, y_pred: ArrayLike, *, sensitive_features: ArrayLike
+) -> float:
+    """Worst between-group gap in true-positive rate or false-positive rate.
+
+    ``EO = max(max_g TPR_g - min_g TPR_g, max_g FPR_g - min_g FPR_g)`` (fairlearn, ``worst_case``).
+    0 = the classifier errs the same way for every group given the true outcome. NaN when a
+    rate is undefined (e.g. a group with no true failures or no true passes).
+    """
+    y_pred = _as_1d(y_pred)
+    if y_pred.size == 0:
+        return float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return float(_fl_eo_difference(_as_1d(y_true), y_pred,
+                                           sensitive_features=_as_1d(sensitive_features)))
+        except (ValueError, ZeroDivisionError):
+            return float("nan")
+
+
+def accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Share of correct labels, ``mean(y_pred == y_true)``; NaN when there are no rows."""
+    y_true = _as_1d(y_true)
+    if y_true.size == 0:
+        return float("nan")
+    return float(accuracy_score(y_true, _as_1d(y_pred)))
+
+
+def roc_auc(y_true: ArrayLike, y_score: ArrayLike) -> float:
+    """Area under the ROC curve of scores ``y_score`` (probability of failure).
+
+    ``AUC = P(score of a random positive > score of a random negative)`` (ties count 1/2).
+    0.5 = chance, 1 = perfect ranking. NaN (not an error) when ``y_true`` holds one class only.
+    """
+    y_true = _as_1d(y_true)
+    if np.unique(y_true).size < 2:
+        return float("nan")
+    return float(roc_auc_score(y_true, _as_1d(y_score)))

@@ -1,0 +1,134 @@
+"""From a spec to a validated grid: protocol × condition × model × seed × item.
+
+Everything a run could trip over later (unknown protocol, node, prompt or slot; missing API
+key; unreadable data) is checked here, before the first model call. Cells are generated lazily,
+so a grid of a million cells costs no memory up front.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from pydantic import BaseModel
+
+from biaslab.agents.context import Bindings
+from biaslab.agents.providers import ModelSpec, parse_model
+from biaslab.errors import UserError
+from biaslab.experiments.spec import ExperimentSpec
+from biaslab.graphs.registry import Protocol, get_protocol
+from biaslab.prompts.exposure import Condition, exposure_conditions
+from biaslab.prompts.registry import PromptRegistry
+
+__all__ = ["Cell", "Plan", "make_plan"]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One unit of work and of resume: a graph run for one grid point."""
+
+    ord: int
+    variant: str
+    item: str
+    condition: Condition
+    model: ModelSpec
+    seed: int
+    protocol: str
+
+    @property
+    def id(self) -> str:
+        return (f"{self.variant}/{self.item}/{self.condition.id}/{self.model.label}"
+                f"/seed={self.seed}")
+
+    @property
+    def coords(self) -> dict[str, Any]:
+        return {"protocol": self.protocol, "variant": self.variant, "item": self.item,
+                "target": self.condition.target, "direction": self.condition.direction,
+                "model": self.model.label, "seed": self.seed}
+
+
+@dataclass
+class Plan:
+    spec: ExperimentSpec
+    protocol: Protocol
+    options: BaseModel
+    prompts: PromptRegistry
+    models: list[ModelSpec]
+    node_models: dict[str, ModelSpec]
+    node_prompts: dict[str, str]
+    conditions: dict[str, list[Condition]] = field(default_factory=dict)
+
+    def bindings(self, model: ModelSpec) -> Bindings:
+        return Bindings(model=model, node_models=self.node_models, node_prompts=self.node_prompts)
+
+    def cells(self) -> Iterator[Cell]:
+        """Cells in a cache-friendly order: each clean arm runs before its exposed arms."""
+        n = 0
+        for variant in self.protocol.variants(self.options):
+            for item, model, seed in itertools.product(self.protocol.items(self.options),
+                                                       self.models, self.spec.run.seeds):
+                for condition in self.conditions[variant]:
+                    yield Cell(n, variant, item, condition, model, seed, self.protocol.name)
+                    n += 1
+
+    def n_cells(self) -> int:
+        per = len(self.protocol.items(self.options)) * len(self.models) * len(self.spec.run.seeds)
+        return sum(len(self.conditions[v]) * per for v in self.protocol.variants(self.options))
+
+    def all_model_specs(self) -> list[ModelSpec]:
+        return [*self.models, *self.node_models.values()]
+
+
+def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
+              check_keys: bool = True) -> Plan:
+    """Resolve and validate a spec. Raises `UserError` naming the first problem."""
+    proto = get_protocol(spec.protocol)
+    options = proto.parse_options(spec.options)
+    prompts = PromptRegistry(spec.prompt_overrides)
+    aliases = {name: parse_model(table) for name, table in spec.model_aliases.items()}
+    model_specs = [parse_model(m, aliases) for m in (models or spec.models)]
+    known_nodes = proto.all_nodes()
+    node_models, node_prompts = {}, {}
+    for node, settings in spec.nodes.items():
+        if node not in known_nodes:
+            raise UserError(f"[nodes.{node}]: protocol '{proto.name}' has no LLM node '{node}' "
+                            f"(nodes: {', '.join(sorted(known_nodes))})")
+        if settings.model:
+            node_models[node] = parse_model(settings.model, aliases)
+        if settings.prompt:
+            node_prompts[node] = settings.prompt
+    directions = proto.directions
+    if spec.conditions.directions is not None:
+        unknown = [d for d in spec.conditions.directions if d not in directions]
+        if unknown:
+            raise UserError(f"unknown exposure direction '{unknown[0]}' for protocol "
+                            f"'{proto.name}' (known: {', '.join(directions)})")
+        directions = {d: directions[d] for d in spec.conditions.directions}
+    plan = Plan(spec, proto, options, prompts, model_specs, node_models, node_prompts)
+    exposure_template = prompts.get(spec.conditions.template)
+    exposure_template.check_slots(next(iter(directions.values()), {}), "exposure")
+    for variant in proto.variants(options):
+        nodes = proto.llm_nodes(variant)
+        for node in nodes:
+            template = prompts.get(node_prompts.get(node.name, node.prompt))
+            template.check_slots(node.slots, node.name)
+        names = [n.name for n in nodes]
+        c = spec.conditions
+        targets = c.targets
+        if isinstance(targets, list):  # a listed target may not exist in every variant
+            targets = [t for t in targets if set(t.split("+")) <= set(names)]
+            unknown = [t for t in c.targets if not set(t.split("+")) <= known_nodes]
+            if unknown:
+                raise UserError(f"[conditions] target '{unknown[0]}' names no LLM node of "
+                                f"'{proto.name}' (nodes: {', '.join(sorted(known_nodes))})")
+        plan.conditions[variant] = exposure_conditions(
+            names, directions, targets=targets, template=c.template, position=c.position,
+            include_clean=c.include_clean)
+    if check_keys:
+        for model in plan.all_model_specs():
+            model.check_ready()
+    for variant in proto.variants(options):  # fails early on unreadable data
+        for item in proto.items(options):
+            proto.initial_state(variant, item, spec.run.seeds[0], options)
+    return plan

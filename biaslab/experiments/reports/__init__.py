@@ -1,0 +1,1 @@
+"""Reports: tables and figures written from a run store alone."""

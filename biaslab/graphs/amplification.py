@@ -1,0 +1,294 @@
+"""Protocol ``amplification``: multi-agent bias amplification with Favor Bias Strength.
+
+Reproduces the design of "Examining Agents' Bias Amplification versus Suppression in
+Multi-Agent Systems": agents in a student-failure prediction pipeline are covertly told to
+favour one sex, and the system's bias is compared with the sum of the single agents' biases.
+
+    E0: prediction
+    E1: explanation → prediction
+    E2: explanation → prediction → ml → judge (only on LLM/ML disagreement)
+
+Leakage rules: the explanation's statistics and the ML predictor see training rows only; the
+prediction and judge agents see test rows only; G3 (which defines the label) reaches no agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal, Mapping, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, ConfigDict, Field
+
+from biaslab.agents.ask import ask
+from biaslab.agents.context import CellContext
+from biaslab.agents.parsers import (OutputConstraint, ParseError, probability_list,
+                                    probability_list_grammar)
+from biaslab.datasets import student
+from biaslab.graphs.compose import text_answer
+from biaslab.graphs.registry import LLMNode, Protocol, protocol
+
+__all__ = ["Amplification", "AmplificationOptions", "AmplificationState", "PIPELINES"]
+
+PIPELINES = ("E0", "E1", "E2")
+JUDGE_BAND = (0.4, 0.6)
+
+
+class AmplificationOptions(BaseModel):
+    """The spec's ``[options]`` table for this protocol."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    datasets: list[Literal["math", "por"]] = ["math"]
+    pipelines: list[Literal["E0", "E1", "E2"]] = list(PIPELINES)
+    batch_size: int = Field(default=10, ge=1, le=50)
+    """Test records per prediction call."""
+    max_test: int | None = Field(default=None, ge=2)
+    """Keep a stratified subset of this many test records (smoke runs)."""
+    n_resamples: int = Field(default=10_000, ge=100)
+    """Paired-bootstrap resamples for FBS."""
+    data_dir: str | None = None
+    """A directory with your own student-mat.csv / student-por.csv instead of the shipped copy."""
+
+
+class AmplificationState(TypedDict, total=False):
+    dataset: str
+    record_ids: list[int]
+    explanation: str | None
+    p_llm: list[float | None]
+    p_ml: list[float]
+    ml_quality: dict[str, float | None]
+    p_judge: dict[str, float | None]
+    predictions: list[dict[str, Any]]
+
+
+# -- data (cached: every cell of a dataset × seed shares one split and one fitted model) ------
+@lru_cache(maxsize=16)
+def _split(dataset: str, seed: int, max_test: int | None, data_dir: str | None
+           ) -> student.StudentSplit:
+    path = None
+    if data_dir:
+        path = Path(data_dir) / student._FILES[dataset]
+    frame = student.load_student(dataset, path)
+    return student.split_student(frame, dataset=dataset, seed=seed, max_test=max_test)
+
+
+def split_for(ctx: CellContext) -> student.StudentSplit:
+    opts: AmplificationOptions = ctx.options
+    return _split(ctx.coords["item"], ctx.seed, opts.max_test, opts.data_dir)
+
+
+@lru_cache(maxsize=16)
+def _ml(dataset: str, seed: int, max_test: int | None, data_dir: str | None):
+    return student.fit_ml_predictor(_split(dataset, seed, max_test, data_dir))
+
+
+def _records(split: student.StudentSplit) -> list[str]:
+    return [student.record_text(row, split.feature_columns) for _, row in split.test.iterrows()]
+
+
+# -- nodes ---------------------------------------------------------------------------------
+async def explanation(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
+    ctx = runtime.context
+    stats = student.summary_text(student.training_summary(split_for(ctx)))
+    answer = await ask(ctx, "explanation", {"statistics": stats}, prompt=EXPLANATION_PROMPT,
+                       parser=text_answer, max_tokens=320)
+    if not answer.ok:
+        raise RuntimeError(f"explanation agent failed: {answer.error or answer.parse_error}")
+    return {"explanation": answer.value}
+
+
+async def prediction(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
+    ctx = runtime.context
+    opts: AmplificationOptions = ctx.options
+    lines = _records(split_for(ctx))
+    prompt = PREDICT_WITH_EXPLANATION if state.get("explanation") else PREDICT_PROMPT
+    size = opts.batch_size
+
+    async def one_batch(start: int) -> list[float | None]:
+        batch = lines[start:start + size]
+        numbered = "\n".join(f"{i + 1}. {line}" for i, line in enumerate(batch))
+        slots = {"records": numbered, "n": len(batch), "explanation": state.get("explanation")}
+        answer = await ask(ctx, "prediction", slots, prompt=prompt,
+                           parser=probability_list(len(batch)),
+                           constraint=probability_list_grammar(len(batch)),
+                           item=f"batch-{start // size}", max_tokens=12 + 6 * len(batch))
+        return list(answer.value) if answer.ok else [None] * len(batch)
+
+    batches = await asyncio.gather(*(one_batch(s) for s in range(0, len(lines), size)))
+    return {"p_llm": [p for batch in batches for p in batch]}
+
+
+async def ml(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
+    ctx = runtime.context
+    opts: AmplificationOptions = ctx.options
+    key = (ctx.coords["item"], ctx.seed, opts.max_test, opts.data_dir)
+
+    def work():
+        model = _ml(*key)
+        split = _split(*key)
+        return [float(p) for p in model.predict_proba(split.test)], model.evaluate(split)
+
+    probs, quality = await asyncio.to_thread(work)
+    return {"p_ml": probs, "ml_quality": quality}
+
+
+def _disagreements(state: AmplificationState) -> list[int]:
+    return [i for i, (p, q) in enumerate(zip(state["p_llm"], state["p_ml"]))
+            if p is not None and (p >= 0.5) != (q >= 0.5)]
+
+
+def route_after_ml(state: AmplificationState) -> Literal["judge", "finalize"]:
+    """The judge runs only where the LLM and the ML predictor disagree."""
+    return "judge" if _disagreements(state) else "finalize"
+
+
+def parse_final(text: str) -> float:
+    """``FINAL: p`` with p in [0, 1] and outside the undecided band [0.4, 0.6]."""
+    found = re.findall(r"FINAL\s*:?\s*([01](?:\.\d+)?|\.\d+)", text, flags=re.I)
+    if not found:
+        raise ParseError("no 'FINAL: p' found")
+    value = float(found[-1])
+    if not 0.0 <= value <= 1.0:
+        raise ParseError(f"probability out of [0, 1]: {value}")
+    if JUDGE_BAND[0] <= value <= JUDGE_BAND[1]:
+        raise ParseError(f"{value} does not commit to a side (must be outside [0.4, 0.6])")
+    return value
+
+
+FINAL_GRAMMAR = OutputConstraint(grammar=(
+    'root ::= "FINAL: " p\n'
+    'p ::= "0." [0-3] [0-9] | "0.6" [1-9] | "0." [7-9] [0-9] | "1.00"\n'))
+
+
+async def judge(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
+    ctx = runtime.context
+    lines = _records(split_for(ctx))
+
+    async def one(i: int) -> tuple[str, float | None]:
+        slots = {"record": lines[i], "explanation": state.get("explanation") or "",
+                 "p_llm": f"{state['p_llm'][i]:.2f}", "p_ml": f"{state['p_ml'][i]:.2f}"}
+        answer = await ask(ctx, "judge", slots, prompt=JUDGE_PROMPT, parser=parse_final,
+                           constraint=FINAL_GRAMMAR, item=f"record-{state['record_ids'][i]}",
+                           max_tokens=12)
+        return str(state["record_ids"][i]), answer.value if answer.ok else None
+
+    return {"p_judge": dict(await asyncio.gather(*(one(i) for i in _disagreements(state))))}
+
+
+def finalize(state: AmplificationState) -> dict:
+    """One row per test record; a record without a parsed prediction stays a parse failure."""
+    p_ml = state.get("p_ml")
+    judged = state.get("p_judge", {})
+    rows = []
+    for i, rid in enumerate(state["record_ids"]):
+        p_llm = state["p_llm"][i]
+        row = {"record_id": rid, "p_llm": p_llm, "p_ml": p_ml[i] if p_ml else None,
+               "disagree": False}
+        if p_llm is None:
+            row.update(p_final=None, decided_by="parse_failure")
+        elif p_ml is None:
+            row.update(p_final=p_llm, decided_by="llm")
+        elif (p_llm >= 0.5) == (p_ml[i] >= 0.5):
+            row.update(p_final=p_ml[i], decided_by="ml")
+        else:
+            verdict = judged.get(str(rid))
+            row.update(disagree=True, p_final=verdict,
+                       decided_by="judge" if verdict is not None else "parse_failure")
+        rows.append(row)
+    return {"predictions": rows}
+
+
+EXPLANATION_PROMPT = "amplification/explanation"
+PREDICT_PROMPT = "amplification/predict"
+PREDICT_WITH_EXPLANATION = "amplification/predict_with_explanation"
+JUDGE_PROMPT = "amplification/judge"
+
+
+# -- wiring ----------------------------------------------------------------------------------
+def build_pipeline(pipeline: str) -> StateGraph:
+    """The graph for E0, E1 or E2."""
+    builder = StateGraph(AmplificationState, context_schema=CellContext)
+    builder.add_node("prediction", prediction)
+    builder.add_node("finalize", finalize)
+    if pipeline == "E0":
+        builder.add_edge(START, "prediction")
+    else:
+        builder.add_node("explanation", explanation)
+        builder.add_edge(START, "explanation")
+        builder.add_edge("explanation", "prediction")
+    if pipeline == "E2":
+        builder.add_node("ml", ml)
+        builder.add_node("judge", judge)
+        builder.add_edge("prediction", "ml")
+        builder.add_conditional_edges("ml", route_after_ml, ["judge", "finalize"])
+        builder.add_edge("judge", "finalize")
+    else:
+        builder.add_edge("prediction", "finalize")
+    builder.add_edge("finalize", END)
+    return builder
+
+
+_LLM_NODES = {
+    "E0": [LLMNode("prediction", PREDICT_PROMPT, ("records", "n"))],
+    "E1": [LLMNode("explanation", EXPLANATION_PROMPT, ("statistics",)),
+           LLMNode("prediction", PREDICT_WITH_EXPLANATION, ("explanation", "records", "n"))],
+}
+_LLM_NODES["E2"] = [*_LLM_NODES["E1"], LLMNode("judge", JUDGE_PROMPT,
+                                               ("record", "explanation", "p_llm", "p_ml"))]
+
+
+@protocol
+class Amplification(Protocol):
+    """Favor Bias Strength of covertly exposed agents in E0/E1/E2 on student performance."""
+
+    name = "amplification"
+    Options = AmplificationOptions
+    directions = {
+        "pro_female": {"favored": "female students", "other": "male students"},
+        "pro_male": {"favored": "male students", "other": "female students"},
+    }
+
+    def variants(self, options: AmplificationOptions) -> list[str]:
+        return list(options.pipelines)
+
+    def llm_nodes(self, variant: str) -> list[LLMNode]:
+        return _LLM_NODES[variant]
+
+    def build(self, variant: str) -> StateGraph:
+        return build_pipeline(variant)
+
+    def items(self, options: AmplificationOptions) -> list[str]:
+        return list(options.datasets)
+
+    def initial_state(self, variant: str, item: str, seed: int,
+                      options: AmplificationOptions) -> dict:
+        split = _split(item, seed, options.max_test, options.data_dir)
+        return {"dataset": item, "record_ids": [int(i) for i in split.test.index]}
+
+    def estimate(self, variant: str, item: str, options: AmplificationOptions
+                 ) -> dict[str, float]:
+        split = _split(item, 42, options.max_test, options.data_dir)
+        n = len(split.test)
+        batches = math.ceil(n / options.batch_size)
+        record_tokens = 130  # measured: one record line is ~120-140 tokens
+        calls = batches * 2  # one re-ask per batch at most
+        tokens = batches * (250 + record_tokens * options.batch_size + 6 * options.batch_size) * 2
+        if variant != "E0":
+            calls += 2
+            tokens += 2 * (900 + 320)
+            tokens += batches * 2 * 250  # the explanation inside each prediction prompt
+        if variant == "E2":
+            calls += 2 * n  # upper bound: every record disagrees and needs a re-ask
+            tokens += 2 * n * (record_tokens + 500)
+        return {"calls": calls, "tokens": tokens}
+
+    def report(self, store, run_dir: Path, options: AmplificationOptions) -> list[Path]:
+        from biaslab.experiments.reports.amplification import write_report
+
+        return write_report(store, run_dir, options)

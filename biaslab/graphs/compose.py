@@ -1,0 +1,102 @@
+"""Parts for composing topologies: LLM agent nodes, scikit-learn nodes, routers, turn loops.
+
+A custom protocol is a few lines::
+
+    builder = StateGraph(MyState, context_schema=CellContext)
+    builder.add_node("draft", llm_node("draft", prompt="mine/draft", slots=lambda s: {...},
+                                        parser=str.strip, writes="draft"))
+    ...
+    add_turn_loop(builder, first="user", last="judge", max_turns=5, turn_key="turn")
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, Mapping
+
+from langgraph.graph import END, StateGraph
+from langgraph.runtime import Runtime
+
+from biaslab.agents.ask import ask
+from biaslab.agents.context import CellContext
+from biaslab.agents.parsers import OutputConstraint, ParseError, Parser
+
+__all__ = ["llm_node", "sklearn_node", "add_turn_loop", "router", "text_answer"]
+
+
+def text_answer(text: str) -> str:
+    """Parser for free text: anything non-empty."""
+    if not text.strip():
+        raise ParseError("empty answer")
+    return text.strip()
+
+
+def llm_node(name: str, *, prompt: str, slots: Callable[[Mapping], Mapping[str, Any]],
+             parser: Parser = text_answer, writes: str | Callable[[Mapping, Any], dict] | None = None,
+             constraint: OutputConstraint | None = None, reasks: int = 1,
+             max_tokens: int | None = None, item: Callable[[Mapping], str] | None = None):
+    """An agent node making one decision per visit.
+
+    Args:
+        name: node name; binds its prompt, model and exposures.
+        prompt: default prompt id.
+        slots: state → values offered to the template.
+        writes: state key for the parsed value, or (state, Answer) → state update.
+        item: state → sub-call label (e.g. the turn number in a loop), so repeated visits
+            are distinct calls.
+    """
+
+    async def node(state: Mapping, runtime: Runtime[CellContext]) -> dict:
+        answer = await ask(runtime.context, name, slots(state), prompt=prompt, parser=parser,
+                           constraint=constraint, reasks=reasks, max_tokens=max_tokens,
+                           item=item(state) if item else "")
+        if callable(writes):
+            return writes(state, answer)
+        return {writes or name: answer.value if answer.ok else None}
+
+    node.__name__ = name
+    return node
+
+
+def sklearn_node(name: str, *, fit: Callable[[Mapping], Any], features: Callable[[Mapping], Any],
+                 writes: str):
+    """A non-LLM predictor: ``fit(state)`` returns a fitted estimator (cache it there if
+    costly); ``features(state)`` the rows to score. Writes P(class 1) per row as a list."""
+
+    async def node(state: Mapping) -> dict:
+        def work():
+            estimator = fit(state)
+            return [float(p) for p in estimator.predict_proba(features(state))[:, 1]]
+
+        return {writes: await asyncio.to_thread(work)}
+
+    node.__name__ = name
+    return node
+
+
+def router(predicate: Callable[[Mapping], bool], if_true: str, if_false: str):
+    """A conditional edge function choosing between two named nodes."""
+
+    def route(state: Mapping) -> str:
+        return if_true if predicate(state) else if_false
+
+    route.__name__ = f"route_{if_true}_or_{if_false}"
+    return route
+
+
+def add_turn_loop(builder: StateGraph, *, first: str, last: str, max_turns: int, turn_key: str,
+                  stop: Callable[[Mapping], bool] = lambda state: False, exit_to: str = END
+                  ) -> None:
+    """Loop ``last → first`` until `max_turns` turns ran or `stop(state)` holds.
+
+    The turn counter lives in ``state[turn_key]`` and must be advanced by a node in the loop
+    (e.g. ``last`` returns ``{turn_key: state[turn_key] + 1}``).
+    """
+
+    def next_turn(state: Mapping) -> str:
+        if state.get(turn_key, 0) >= max_turns or stop(state):
+            return exit_to
+        return first
+
+    next_turn.__name__ = f"loop_{last}_to_{first}"
+    builder.add_conditional_edges(last, next_turn, [first, exit_to])

@@ -1,0 +1,182 @@
+"""Prompt templates as data: TOML files with declared slots, looked up by id.
+
+A template file holds ``slots`` (the names it fills), ``system`` and ``user`` texts using
+``$slot`` placeholders, and an optional ``description``. Its id is its path below a prompt root
+without the suffix: ``amplification/prediction.toml`` is ``amplification/prediction`` (variant
+``default``) and ``amplification/prediction.terse.toml`` is ``amplification/prediction@terse``.
+
+Users swap a node's prompt by id, by a file path, or by an overrides directory with the same
+layout, which shadows the packaged files. Slot mistakes fail at load time, naming the template
+and the slot, so a typo never reaches a model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import string
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from biaslab.errors import UserError
+
+__all__ = ["PromptTemplate", "PromptRegistry", "PACKAGE_PROMPTS", "Message"]
+
+PACKAGE_PROMPTS = Path(__file__).parent
+Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": str}
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """One prompt: a system text and a user text with named ``$slots``.
+
+    Attributes:
+        id: ``protocol/name`` without the variant.
+        variant: ``default`` or the variant name from the file name.
+        slots: the slot names the texts use; exactly these must be filled.
+        system: system message text (may be empty).
+        user: user message text.
+        source: where the template was read from, for error messages.
+    """
+
+    id: str
+    variant: str
+    slots: tuple[str, ...]
+    system: str
+    user: str
+    source: str = ""
+    description: str = ""
+
+    @property
+    def ref(self) -> str:
+        """The id with its variant, as recorded on every call."""
+        return self.id if self.variant == "default" else f"{self.id}@{self.variant}"
+
+    @property
+    def content_hash(self) -> str:
+        """Short sha256 of what the model sees; two runs with equal hashes used the same text."""
+        h = hashlib.sha256()
+        for part in (self.system, "\x00", self.user, "\x00", ",".join(self.slots)):
+            h.update(part.encode())
+        return h.hexdigest()[:16]
+
+    def render(self, values: Mapping[str, object]) -> list[Message]:
+        """Fill the slots. Values the template does not declare are ignored (nodes offer more
+        slots than a terse variant may use); a declared slot without a value is an error."""
+        missing = [s for s in self.slots if s not in values]
+        if missing:
+            raise UserError(f"prompt {self.ref}: no value for slot '{missing[0]}' "
+                            f"(the node provides {sorted(values)})")
+        filled = {s: str(values[s]) for s in self.slots}
+        messages: list[Message] = []
+        if self.system.strip():
+            messages.append({"role": "system",
+                             "content": string.Template(self.system).substitute(filled)})
+        messages.append({"role": "user", "content": string.Template(self.user).substitute(filled)})
+        return messages
+
+    def check_slots(self, offered: Iterable[str], node: str) -> None:
+        """Fail when the template needs a slot the node cannot fill."""
+        offered = set(offered)
+        for slot in self.slots:
+            if slot not in offered:
+                raise UserError(f"prompt {self.ref} ({self.source}) declares slot '{slot}', "
+                                f"but node '{node}' provides only {sorted(offered)}")
+
+
+def _used_slots(text: str, where: str) -> set[str]:
+    tpl = string.Template(text)
+    if not tpl.is_valid():
+        raise UserError(f"prompt {where}: malformed placeholder (write a literal $ as $$)")
+    return set(tpl.get_identifiers())
+
+
+def load_template(path: Path, template_id: str, variant: str) -> PromptTemplate:
+    """Read and validate one template file."""
+    where = f"{template_id}@{variant} ({path})"
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"prompt {where}: cannot read file: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"prompt {where}: not valid TOML: {exc}") from None
+    unknown_keys = set(data) - {"slots", "system", "user", "description"}
+    if unknown_keys:
+        raise UserError(f"prompt {where}: unknown key '{sorted(unknown_keys)[0]}' "
+                        "(allowed: slots, system, user, description)")
+    if not isinstance(data.get("user"), str) or not data["user"].strip():
+        raise UserError(f"prompt {where}: needs a non-empty 'user' text")
+    slots = data.get("slots", [])
+    if not isinstance(slots, list) or not all(isinstance(s, str) for s in slots):
+        raise UserError(f"prompt {where}: 'slots' must be a list of names")
+    system = data.get("system", "")
+    used = _used_slots(system, where) | _used_slots(data["user"], where)
+    for slot in sorted(used - set(slots)):
+        raise UserError(f"prompt {where}: uses slot '${slot}' that is not declared in 'slots'")
+    for slot in sorted(set(slots) - used):
+        raise UserError(f"prompt {where}: declares slot '{slot}' but never uses it")
+    return PromptTemplate(id=template_id, variant=variant, slots=tuple(slots), system=system,
+                          user=data["user"], source=str(path),
+                          description=data.get("description", ""))
+
+
+def _parse_ref(ref: str) -> tuple[str, str]:
+    template_id, _, variant = ref.partition("@")
+    return template_id.strip("/"), variant or "default"
+
+
+class PromptRegistry:
+    """Finds templates by id in a list of roots; earlier roots shadow later ones.
+
+    Args:
+        overrides: directories laid out like ``biaslab/prompts`` whose files replace or add
+            templates. The packaged prompts are always searched last.
+    """
+
+    def __init__(self, overrides: Sequence[str | Path] = ()):
+        self.roots: list[Path] = []
+        for root in overrides:
+            path = Path(root)
+            if not path.is_dir():
+                raise UserError(f"prompt overrides directory not found: {path}")
+            self.roots.append(path)
+        self.roots.append(PACKAGE_PROMPTS)
+        self._cache: dict[str, PromptTemplate] = {}
+
+    def get(self, ref: str) -> PromptTemplate:
+        """Resolve ``id``, ``id@variant`` or a path to a ``.toml`` file."""
+        if ref in self._cache:
+            return self._cache[ref]
+        if ref.endswith(".toml"):
+            path = Path(ref)
+            if not path.is_file():
+                raise UserError(f"prompt file not found: {ref}")
+            template = load_template(path, f"file:{path.stem}", "default")
+        else:
+            template_id, variant = _parse_ref(ref)
+            filename = template_id + (".toml" if variant == "default" else f".{variant}.toml")
+            for root in self.roots:
+                path = root / filename
+                if path.is_file():
+                    template = load_template(path, template_id, variant)
+                    break
+            else:
+                known = ", ".join(t.ref for t in self.list() if t.id.split("/")[0]
+                                  == template_id.split("/")[0]) or "none"
+                raise UserError(f"unknown prompt '{ref}' (known in that group: {known})")
+        self._cache[ref] = template
+        return template
+
+    def list(self) -> list[PromptTemplate]:
+        """Every template visible through the roots, overrides first, deduplicated by ref."""
+        seen: dict[str, PromptTemplate] = {}
+        for root in self.roots:
+            for path in sorted(root.rglob("*.toml")):
+                rel = path.relative_to(root).with_suffix("")
+                name, _, variant = rel.name.partition(".")
+                template_id = str(rel.parent / name)
+                ref = template_id if not variant else f"{template_id}@{variant}"
+                if ref not in seen:
+                    seen[ref] = load_template(path, template_id, variant or "default")
+        return sorted(seen.values(), key=lambda t: t.ref)

@@ -1,0 +1,229 @@
+"""The run store: one embedded SQLite file per run directory (WAL, a single writer).
+
+It holds the run, its cells with their grid coordinates and status, every model call
+(`CallRecord`) and every node output. A cell's calls and outputs are written in the same
+transaction that marks it done, so a run killed at any moment leaves only whole cells behind;
+the response cache is committed as calls return, so a resumed run does not pay for them again.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import pandas as pd
+
+from biaslab.traces.cache import CallCache
+from biaslab.traces.records import SCHEMA_VERSION, CallRecord
+
+__all__ = ["RunStore", "STORE_FILE"]
+
+STORE_FILE = "run.sqlite"
+
+_DDL = [
+    """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS cells (
+        cell_id TEXT PRIMARY KEY, ord INTEGER NOT NULL, coords TEXT NOT NULL,
+        status TEXT NOT NULL, error TEXT, started REAL, finished REAL)""",
+    """CREATE TABLE IF NOT EXISTS calls (
+        id INTEGER PRIMARY KEY, cell_id TEXT NOT NULL, seq INTEGER NOT NULL, record TEXT NOT NULL,
+        node TEXT NOT NULL, cache_key TEXT NOT NULL, cache_hit INTEGER NOT NULL,
+        input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, error TEXT,
+        parse_error TEXT)""",
+    "CREATE INDEX IF NOT EXISTS calls_cell ON calls(cell_id)",
+    """CREATE TABLE IF NOT EXISTS outputs (
+        cell_id TEXT NOT NULL, seq INTEGER NOT NULL, node TEXT NOT NULL, value TEXT NOT NULL,
+        PRIMARY KEY (cell_id, seq))""",
+]
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON: equal values give equal bytes, which strict replay compares."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+                      default=str, allow_nan=True)
+
+
+class RunStore:
+    """Reads and writes one run directory's ``run.sqlite``."""
+
+    def __init__(self, run_dir: str | Path, *, readonly: bool = False):
+        self.dir = Path(run_dir)
+        self.path = self.dir / STORE_FILE
+        if readonly:
+            self.conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
+                                        isolation_level=None)
+        else:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.conn = sqlite3.connect(self.path, isolation_level=None)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            for ddl in _DDL:
+                self.conn.execute(ddl)
+        self.cache = CallCache(self.conn) if not readonly else _ReadOnlyCache(self.conn)
+        self._in_tx = False
+        self._last_commit = time.monotonic()
+
+    # -- transactions ------------------------------------------------------------------------
+    def _begin(self) -> None:
+        if not self._in_tx:
+            self.conn.execute("BEGIN")
+            self._in_tx = True
+
+    def commit(self) -> None:
+        if self._in_tx:
+            self.conn.execute("COMMIT")
+            self._in_tx = False
+        self._last_commit = time.monotonic()
+
+    def maybe_commit(self, every_s: float = 0.5) -> None:
+        """Batch small writes (cache entries) into few transactions."""
+        if time.monotonic() - self._last_commit >= every_s:
+            self.commit()
+
+    def close(self) -> None:
+        self.commit()
+        self.conn.close()
+
+    # -- run metadata ------------------------------------------------------------------------
+    def set_meta(self, **values: Any) -> None:
+        self._begin()
+        for key, value in values.items():
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", (key, dumps(value)))
+        self.commit()
+
+    def meta(self) -> dict[str, Any]:
+        return {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
+
+    def put_cache(self, key, response, model) -> None:
+        self._begin()
+        self.cache.put(key, response, model)
+        self.maybe_commit()
+
+    # -- cells ------------------------------------------------------------------------------
+    def cell_status(self, cell_id: str) -> str | None:
+        row = self.conn.execute("SELECT status FROM cells WHERE cell_id=?", (cell_id,)).fetchone()
+        return row[0] if row else None
+
+    def start_cell(self, cell_id: str, ord_: int, coords: dict[str, Any]) -> None:
+        self._begin()
+        self.conn.execute(
+            "INSERT INTO cells VALUES (?,?,?,'running',NULL,?,NULL) ON CONFLICT(cell_id) DO UPDATE "
+            "SET status='running', error=NULL, started=excluded.started",
+            (cell_id, ord_, dumps(coords), time.time()))
+
+    def finish_cell(self, cell_id: str, calls: Iterable[CallRecord],
+                    outputs: Iterable[tuple[str, Any]], *, error: str | None = None) -> None:
+        """Write a cell's calls and outputs and its final status in one transaction."""
+        self._begin()
+        self.conn.execute("DELETE FROM calls WHERE cell_id=?", (cell_id,))
+        self.conn.execute("DELETE FROM outputs WHERE cell_id=?", (cell_id,))
+        self.conn.executemany(
+            "INSERT INTO calls (cell_id, seq, record, node, cache_key, cache_hit, input_tokens, "
+            "output_tokens, error, parse_error) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            [(cell_id, i, c.model_dump_json(), c.node, c.cache_key, int(c.cache_hit),
+              c.input_tokens, c.output_tokens, c.error, c.parse_error)
+             for i, c in enumerate(calls)])
+        self.conn.executemany("INSERT INTO outputs VALUES (?,?,?,?)",
+                              [(cell_id, i, node, dumps(value))
+                               for i, (node, value) in enumerate(outputs)])
+        self.conn.execute("UPDATE cells SET status=?, error=?, finished=? WHERE cell_id=?",
+                          ("error" if error else "done", error, time.time(), cell_id))
+        self.commit()
+
+    def reset_unfinished(self) -> int:
+        """Before a resume: cells that were running when the run died start again.
+
+        Their cached responses stay, so re-running them costs no model calls."""
+        self._begin()
+        n = self.conn.execute("UPDATE cells SET status='pending' WHERE status='running'").rowcount
+        self.commit()
+        return n
+
+    # -- reading ----------------------------------------------------------------------------
+    def cells(self) -> pd.DataFrame:
+        frame = pd.read_sql_query("SELECT * FROM cells ORDER BY ord", self.conn)
+        if len(frame):
+            coords = pd.DataFrame([json.loads(c) for c in frame["coords"]])
+            frame = pd.concat([frame.drop(columns="coords"), coords], axis=1)
+        return frame
+
+    def iter_calls(self, cell_id: str | None = None) -> Iterator[CallRecord]:
+        query = "SELECT record FROM calls" + (" WHERE cell_id=?" if cell_id else "") + \
+            " ORDER BY cell_id, seq"
+        for (record,) in self.conn.execute(query, (cell_id,) if cell_id else ()):
+            yield CallRecord.model_validate_json(record)
+
+    def calls(self) -> pd.DataFrame:
+        """Every call record as a DataFrame (messages and params kept as Python objects)."""
+        rows = [c.model_dump() for c in self.iter_calls()]
+        return pd.DataFrame(rows, columns=list(CallRecord.model_fields))
+
+    def iter_outputs(self, cell_id: str | None = None, node: str | None = None
+                     ) -> Iterator[tuple[str, int, str, Any]]:
+        """Yields (cell_id, seq, node, value) in cell and write order."""
+        clauses, args = [], []
+        if cell_id:
+            clauses.append("cell_id=?")
+            args.append(cell_id)
+        if node:
+            clauses.append("node=?")
+            args.append(node)
+        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        for cid, seq, nd, value in self.conn.execute(
+                f"SELECT cell_id, seq, node, value FROM outputs{where} ORDER BY cell_id, seq",
+                args):
+            yield cid, seq, nd, json.loads(value)
+
+    def raw_outputs(self) -> dict[tuple[str, int], tuple[str, str]]:
+        """Outputs as stored bytes, keyed by (cell_id, seq), for byte-for-byte comparison."""
+        return {(c, s): (n, v) for c, s, n, v in
+                self.conn.execute("SELECT cell_id, seq, node, value FROM outputs")}
+
+    def counts(self) -> dict[str, int]:
+        q = self.conn.execute
+        return {
+            "cells_done": q("SELECT COUNT(*) FROM cells WHERE status='done'").fetchone()[0],
+            "cells_error": q("SELECT COUNT(*) FROM cells WHERE status='error'").fetchone()[0],
+            "calls": q("SELECT COUNT(*) FROM calls").fetchone()[0],
+            "cache_hits": q("SELECT COUNT(*) FROM calls WHERE cache_hit=1").fetchone()[0],
+            "parse_failures": q("SELECT COUNT(*) FROM calls WHERE parse_error IS NOT NULL"
+                                ).fetchone()[0],
+            "call_errors": q("SELECT COUNT(*) FROM calls WHERE error IS NOT NULL").fetchone()[0],
+        }
+
+    def export(self, out_dir: str | Path, fmt: str = "parquet") -> list[Path]:
+        """Write calls, cells and outputs as Parquet or JSONL; nested fields as JSON strings."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        calls = self.calls()
+        for col in ("messages", "model", "params", "parsed"):
+            calls[col] = calls[col].map(dumps)
+        outputs = pd.DataFrame(self.iter_outputs(), columns=["cell_id", "seq", "node", "value"])
+        outputs["value"] = outputs["value"].map(dumps)
+        written = []
+        for name, frame in (("calls", calls), ("cells", self.cells()), ("outputs", outputs)):
+            path = out / f"{name}.{ 'parquet' if fmt == 'parquet' else 'jsonl'}"
+            if fmt == "parquet":
+                frame.to_parquet(path, index=False)
+            else:
+                frame.to_json(path, orient="records", lines=True, force_ascii=False)
+            written.append(path)
+        return written
+
+    @staticmethod
+    def schema_version() -> int:
+        return SCHEMA_VERSION
+
+
+class _ReadOnlyCache(CallCache):
+    """A cache view over a read-only store (replay sources)."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+        self.owns = False
+
+    def put(self, *args, **kwargs) -> None:  # pragma: no cover - never written
+        raise RuntimeError("read-only store")
