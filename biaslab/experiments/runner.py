@@ -150,7 +150,7 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
     caches: list[CallCache] = [store.cache]
     shared = shared_cache_path() if use_shared_cache and mode == "live" else None
     shared_cache = CallCache.open_file(shared) if shared else None
-    if shared_cache:
+    if shared_cache is not None:  # (an empty cache is falsy: it has __len__)
         caches.append(shared_cache)
     gateway = Gateway(caches=caches, replay=[s.cache for s in replay_from], mode=mode,
                       concurrency=concurrency or plan.spec.run.concurrency,
@@ -193,7 +193,7 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
         await asyncio.gather(*tasks, return_exceptions=True)
         bar.stop()
         store.close()
-        if shared_cache:
+        if shared_cache is not None:
             shared_cache.close()
         result.elapsed_s = time.monotonic() - started
     result.cells_reset = reset

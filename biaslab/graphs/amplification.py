@@ -61,6 +61,7 @@ class AmplificationState(TypedDict, total=False):
     record_ids: list[int]
     explanation: str | None
     p_llm: list[float | None]
+    llm_status: list[str]
     p_ml: list[float]
     ml_quality: dict[str, float | None]
     p_judge: dict[str, float | None]
@@ -110,7 +111,7 @@ async def prediction(state: AmplificationState, runtime: Runtime[CellContext]) -
     prompt = PREDICT_WITH_EXPLANATION if state.get("explanation") else PREDICT_PROMPT
     size = opts.batch_size
 
-    async def one_batch(start: int) -> list[float | None]:
+    async def one_batch(start: int) -> list[tuple[float | None, str]]:
         batch = lines[start:start + size]
         numbered = "\n".join(f"{i + 1}. {line}" for i, line in enumerate(batch))
         slots = {"records": numbered, "n": len(batch), "explanation": state.get("explanation")}
@@ -118,10 +119,13 @@ async def prediction(state: AmplificationState, runtime: Runtime[CellContext]) -
                            parser=probability_list(len(batch)),
                            constraint=probability_list_grammar(len(batch)),
                            item=f"batch-{start // size}", max_tokens=12 + 6 * len(batch))
-        return list(answer.value) if answer.ok else [None] * len(batch)
+        if answer.ok:
+            return [(p, "ok") for p in answer.value]
+        return [(None, "call_error" if answer.error else "parse_failure")] * len(batch)
 
     batches = await asyncio.gather(*(one_batch(s) for s in range(0, len(lines), size)))
-    return {"p_llm": [p for batch in batches for p in batch]}
+    pairs = [pair for batch in batches for pair in batch]
+    return {"p_llm": [p for p, _ in pairs], "llm_status": [status for _, status in pairs]}
 
 
 async def ml(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
@@ -182,7 +186,8 @@ async def judge(state: AmplificationState, runtime: Runtime[CellContext]) -> dic
 
 
 def finalize(state: AmplificationState) -> dict:
-    """One row per test record; a record without a parsed prediction stays a parse failure."""
+    """One row per test record. A record without a usable answer keeps p_final None and says
+    why in ``decided_by`` (parse_failure, call_error, judge_failure): excluded and counted."""
     p_ml = state.get("p_ml")
     judged = state.get("p_judge", {})
     rows = []
@@ -191,7 +196,7 @@ def finalize(state: AmplificationState) -> dict:
         row = {"record_id": rid, "p_llm": p_llm, "p_ml": p_ml[i] if p_ml else None,
                "disagree": False}
         if p_llm is None:
-            row.update(p_final=None, decided_by="parse_failure")
+            row.update(p_final=None, decided_by=state["llm_status"][i])
         elif p_ml is None:
             row.update(p_final=p_llm, decided_by="llm")
         elif (p_llm >= 0.5) == (p_ml[i] >= 0.5):
@@ -199,7 +204,7 @@ def finalize(state: AmplificationState) -> dict:
         else:
             verdict = judged.get(str(rid))
             row.update(disagree=True, p_final=verdict,
-                       decided_by="judge" if verdict is not None else "parse_failure")
+                       decided_by="judge" if verdict is not None else "judge_failure")
         rows.append(row)
     return {"predictions": rows}
 

@@ -141,9 +141,14 @@ def build_chat_model(spec: ModelSpec):
     if spec.provider == "scripted":
         from biaslab.agents.providers.scripted import resolve_scripted
         return resolve_scripted(spec.model)
+    import openai
     from langchain_openai import ChatOpenAI
     env = spec.key_env()
     key = os.environ.get(env or "") or "not-needed"
+    # An HTTP client of its own: langchain-openai otherwise shares one pooled client per
+    # endpoint across the process, whose connections die with the first run's event loop
+    # (a second run in the same process then fails with "Event loop is closed").
     return ChatOpenAI(model=spec.model, base_url=spec.resolved_base_url(), api_key=key,
                       temperature=spec.temperature, max_tokens=spec.max_tokens,
-                      timeout=spec.timeout_s, max_retries=0)
+                      timeout=spec.timeout_s, max_retries=0,
+                      http_async_client=openai.DefaultAsyncHttpxClient())

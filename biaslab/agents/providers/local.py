@@ -23,7 +23,7 @@ but bit-exact reproducibility is only promised for calls that run alone.
 
 Thread safety (measured with xllamacpp 2026.10.11549): ``Server.handle_chat_completions`` releases
 the GIL and is safe to call from several threads at once; the server queues requests onto its
-``n_parallel`` slots and decodes active slots in one batch. Stress tests (4 threads x different
+``n_parallel`` slots and decodes active slots in one batch. Stress tests (8 threads x different
 prompts on 2 slots) gave the same texts as sequential calls, so no lock is taken. ``_agenerate``
 runs the blocking call in a worker thread (``asyncio.to_thread``) and never blocks the event loop.
 
@@ -33,6 +33,11 @@ n_threads=2: prompt processing ~180-250 tokens/s, generation ~90-115 tokens/s fo
 do NOT raise throughput on 2 cores: ~40 tokens/s each, ~80 tokens/s aggregate (batched decoding
 is slower per token than single-sequence decoding on this CPU). Concurrency helps on machines with
 more cores; on 2 cores ``n_parallel`` mainly buys fairness/latency overlap, not speed.
+
+CPU contention matters more than anything else: llama.cpp's threads spin-wait at barriers, so when
+other processes occupy the cores, n_threads=2 on 2 cores collapsed to 5-30 tokens/s, while
+n_threads=1 kept 40-60 tokens/s (idle: ~58 tokens/s). On a shared small machine set
+``n_threads=1`` (or ``BIASLAB_LOCAL_THREADS=1``); the tests do.
 
 xllamacpp quirks:
   * ``Server.handle_chat_completions(dict)`` takes the OpenAI-style request as a *dict* and
@@ -76,6 +81,7 @@ __all__ = ["LocalChatModel", "default_model_path", "resolve_model_path"]
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ENV = "BIASLAB_LOCAL_MODEL"
 VERBOSE_ENV = "BIASLAB_LOCAL_VERBOSE"
+THREADS_ENV = "BIASLAB_LOCAL_THREADS"
 
 _CALL_KWARGS = frozenset({"temperature", "max_tokens", "seed", "top_p", "top_k", "stop",
                           "grammar", "json_schema", "extra_body"})
@@ -209,7 +215,8 @@ class LocalChatModel(BaseChatModel):
         model_path: GGUF file; None → env ``BIASLAB_LOCAL_MODEL`` → bundled SmolLM2-135M-Instruct.
         n_ctx: total context tokens, shared evenly by the ``n_parallel`` slots.
         n_parallel: llama.cpp parallel slots (concurrent requests decoded together).
-        n_threads: CPU threads for llama.cpp; None lets llama.cpp choose.
+        n_threads: CPU threads for llama.cpp; None → env ``BIASLAB_LOCAL_THREADS`` → llama.cpp's
+            choice (all physical cores). On a busy shared machine use fewer (see module doc).
         temperature, max_tokens, seed, top_p, top_k: sampling defaults, overridable per call.
 
     Calls are thread-safe and run concurrently up to ``n_parallel`` (more are queued by the
@@ -242,10 +249,22 @@ class LocalChatModel(BaseChatModel):
     def resolved_model_path(self) -> str:
         return resolve_model_path(self.model_path)
 
+    def resolved_n_threads(self) -> int | None:
+        """``n_threads`` → env ``BIASLAB_LOCAL_THREADS`` → None (llama.cpp's choice)."""
+        if self.n_threads:
+            return self.n_threads
+        env = os.environ.get(THREADS_ENV, "").strip()
+        if env:
+            try:
+                return max(1, int(env))
+            except ValueError:
+                raise UserError(f"{THREADS_ENV} must be a whole number, not '{env}'") from None
+        return None
+
     def load(self):
         """Load (or fetch the shared) llama.cpp server now; returns it."""
         return _get_server(self.resolved_model_path(), self.n_ctx, self.n_parallel,
-                           self.n_threads)
+                           self.resolved_n_threads())
 
     def _request(self, messages: list[BaseMessage], stop: list[str] | None,
                  kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -278,7 +297,7 @@ class LocalChatModel(BaseChatModel):
 
     def _call(self, req: dict[str, Any]) -> ChatResult:
         path = self.resolved_model_path()
-        server = _get_server(path, self.n_ctx, self.n_parallel, self.n_threads)
+        server = _get_server(path, self.n_ctx, self.n_parallel, self.resolved_n_threads())
         try:
             resp = server.handle_chat_completions(req)
         except (ValueError, TypeError) as exc:

@@ -1,0 +1,68 @@
+import pytest
+
+from biaslab.errors import UserError
+from biaslab.prompts.registry import PromptRegistry
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_packaged_prompts_load_and_declare_their_slots():
+    registry = PromptRegistry()
+    refs = {t.ref for t in registry.list()}
+    assert {"amplification/explanation", "amplification/predict", "amplification/judge",
+            "amplification/predict_with_explanation", "exposures/covert_favor",
+            "common/reask"} <= refs
+    predict = registry.get("amplification/predict")
+    assert predict.slots == ("records", "n")
+    messages = predict.render({"records": "1. a=b", "n": 1, "unused": "x"})
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert "1. a=b" in messages[1]["content"] and "$" not in messages[1]["content"]
+
+
+def test_missing_slot_value_is_an_error_naming_template_and_slot():
+    with pytest.raises(UserError, match=r"amplification/predict: no value for slot 'n'"):
+        PromptRegistry().get("amplification/predict").render({"records": "x"})
+
+
+@pytest.mark.parametrize("body, message", [
+    ('slots = ["a"]\nuser = "hi $a $b"', "uses slot '\\$b' that is not declared"),
+    ('slots = ["a", "b"]\nuser = "hi $a"', "declares slot 'b' but never uses it"),
+    ('slots = []\nuser = ""', "non-empty 'user'"),
+    ('slots = []\nuser = "x"\ncolour = 1', "unknown key 'colour'"),
+    ('user = "unclosed', "not valid TOML"),
+])
+def test_bad_templates_fail_at_load_time(tmp_path, body, message):
+    write(tmp_path / "mine" / "node.toml", body)
+    with pytest.raises(UserError, match=message) as err:
+        PromptRegistry([tmp_path]).get("mine/node")
+    assert "mine/node" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_override_directory_shadows_packaged_prompt_and_adds_variants(tmp_path):
+    write(tmp_path / "amplification" / "predict.toml",
+          'slots = ["records", "n"]\nuser = "Rate $n: $records"')
+    write(tmp_path / "amplification" / "predict.terse.toml", 'slots = ["n"]\nuser = "Give $n."')
+    registry = PromptRegistry([tmp_path])
+    shadowed = registry.get("amplification/predict")
+    assert shadowed.user == "Rate $n: $records" and shadowed.source.startswith(str(tmp_path))
+    terse = registry.get("amplification/predict@terse")
+    assert terse.ref == "amplification/predict@terse"
+    assert terse.content_hash != shadowed.content_hash
+    assert PromptRegistry().get("amplification/predict").content_hash != shadowed.content_hash
+
+
+def test_prompt_by_file_path_and_unknown_prompt(tmp_path):
+    path = write(tmp_path / "x.toml", 'slots = ["n"]\nuser = "n=$n"')
+    assert PromptRegistry().get(str(path)).render({"n": 3})[0]["content"] == "n=3"
+    with pytest.raises(UserError, match="unknown prompt 'amplification/nope'.*amplification/judge"):
+        PromptRegistry().get("amplification/nope")
+
+
+def test_check_slots_names_node_and_slot():
+    judge = PromptRegistry().get("amplification/judge")
+    with pytest.raises(UserError, match="declares slot 'p_ml', but node 'prediction'"):
+        judge.check_slots(["record", "explanation", "p_llm"], "prediction")
