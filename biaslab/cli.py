@@ -67,6 +67,8 @@ def cmd_replay(args) -> int:
     from biaslab.experiments import replay
 
     if args.mode == "rescore":
+        if args.judge_node:
+            return _judge_traces(args)
         for path in replay.rescore(args.run_dir):
             print(f"wrote {path}")
         return 0
@@ -91,6 +93,23 @@ def cmd_replay(args) -> int:
     print(f"counterfactual run in {out}: {result.counters.model_calls} model calls, "
           f"{result.counters.cache_hits} answered from the trace or cache")
     return 1 if result.cells_failed else 0
+
+
+def _judge_traces(args) -> int:
+    from biaslab.evaluators.over_traces import judge_traces
+
+    if not args.judges:
+        raise UserError("--judge-node needs --judges MODEL [MODEL ...]")
+    result = judge_traces(args.run_dir, node=args.judge_node, prompt=args.judge_prompt,
+                          judges=args.judges, repeats=args.repeats, labels=args.labels,
+                          name=args.eval_name)
+    scores = result.scores
+    print(f"judged {len(scores)} recorded '{args.judge_node}' answers with {len(args.judges)} "
+          f"judge(s) x {args.repeats}: {result.judge_calls} judge calls, 0 target calls")
+    if len(scores):
+        print(scores.groupby(["target", "direction"])["label"].value_counts().to_string())
+        print(f"wrote {result.eval_dir / 'scores.csv'}")
+    return 0
 
 
 def cmd_graph(args) -> int:
@@ -201,6 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--model", help="counterfactual: the node's new model")
     rp.add_argument("--directions", nargs="+", help="counterfactual: exposure directions")
     rp.add_argument("--targets", nargs="+", help="counterfactual: exposure targets (a+b ...)")
+    rp.add_argument("--judge-node", help="rescore: judge this node's recorded answers")
+    rp.add_argument("--judge-prompt", default="evaluators/group_tilt",
+                    help="rescore: the judge's prompt (default evaluators/group_tilt)")
+    rp.add_argument("--judges", nargs="+", help="rescore: judge models (k)")
+    rp.add_argument("--repeats", type=int, default=1, help="rescore: answers per judge (r)")
+    rp.add_argument("--labels", nargs="+", help="rescore: labels, if the prompt declares none")
+    rp.add_argument("--eval-name", default="judge", help="rescore: evals/<name>/ directory")
     rp.add_argument("--quiet", action="store_true")
     rp.set_defaults(func=cmd_replay)
 

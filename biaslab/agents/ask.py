@@ -11,13 +11,20 @@ from typing import Any, Mapping
 
 from biaslab.agents.context import CellContext
 from biaslab.agents.parsers import OutputConstraint, ParseError, Parser
+from biaslab.agents.providers import ModelSpec
 from biaslab.errors import ModelCallError
 from biaslab.prompts.exposure import apply_exposures
 from biaslab.traces.records import CallRecord
 
-__all__ = ["ask", "Answer", "REASK_PROMPT"]
+__all__ = ["ask", "Answer", "REASK_PROMPT", "sample_seed"]
 
 REASK_PROMPT = "common/reask"
+
+
+def sample_seed(seed: int, sample: int) -> int:
+    """The model seed of repeat `sample`: the cell's seed for the first answer, a distinct one
+    for each further repeat, so k repeats at temperature > 0 are k real samples."""
+    return seed if sample == 0 else (seed * 1_000_003 + sample) % 2**31
 
 
 @dataclass(frozen=True)
@@ -36,7 +43,8 @@ class Answer:
 
 async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: str,
               parser: Parser, constraint: OutputConstraint | None = None, item: str = "",
-              sample: int = 0, reasks: int = 1, max_tokens: int | None = None) -> Answer:
+              sample: int = 0, reasks: int = 1, max_tokens: int | None = None,
+              model: ModelSpec | None = None) -> Answer:
     """One LLM decision of `node`, with up to `reasks` re-asks on a parse failure.
 
     Args:
@@ -45,22 +53,25 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
         slots: values the node offers to its template.
         prompt: the node's default prompt id (a binding may swap it).
         item: names the sub-call when a node makes several (a batch, a record, a turn).
-        sample: repeat index for k-repeat answers.
+        sample: repeat index for k-repeat answers; each sample gets its own seed.
+        model: a model for this call only (a member of a judge ensemble); default: the
+            node's bound model.
     """
     template = ctx.template(node, prompt)
     messages = template.render(slots)
     exposures = ctx.condition.exposures_for(node)
     if exposures:
         messages = apply_exposures(messages, [(e.position, e.text(ctx.prompts)) for e in exposures])
-    spec = ctx.bindings.model_for(node)
+    spec = model or ctx.bindings.model_for(node)
     params: dict[str, Any] = {"temperature": spec.temperature,
-                              "max_tokens": max_tokens or spec.max_tokens, "seed": ctx.seed}
+                              "max_tokens": max_tokens or spec.max_tokens,
+                              "seed": sample_seed(ctx.seed, sample)}
     if constraint is not None and spec.provider == "local":
         params.update(constraint.params())
     answer = Answer(error="no attempt made")
     for attempt in range(reasks + 1):
         record = CallRecord(cell_id=ctx.cell_id, node=node, item=item, sample=sample,
-                            attempt=attempt, seed=ctx.seed, exposure_id=ctx.condition.id,
+                            attempt=attempt, seed=params["seed"], exposure_id=ctx.condition.id,
                             exposed=bool(exposures), prompt_id=template.ref,
                             prompt_hash=template.content_hash, messages=messages,
                             model=spec.public(), params=params)

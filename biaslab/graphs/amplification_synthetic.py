@@ -44,7 +44,7 @@ def _predict(request: ScriptedRequest) -> str:
 
 
 def _judge(request: ScriptedRequest) -> str:
-    record = request.user.split("\n", 1)[0].removeprefix("Student: ")
+    record = re.search(r"^Student: (.*)$", request.user, flags=re.M).group(1)
     p = failure_probability(record, favoured_sex(request))
     return f"FINAL: {0.8 if p >= 0.5 else 0.2:.2f}"
 

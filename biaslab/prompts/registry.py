@@ -47,6 +47,8 @@ class PromptTemplate:
     user: str
     source: str = ""
     description: str = ""
+    labels: tuple[str, ...] = ()
+    """For judge prompts: the labels the answer must choose from."""
 
     @property
     def ref(self) -> str:
@@ -101,10 +103,13 @@ def load_template(path: Path, template_id: str, variant: str) -> PromptTemplate:
         raise UserError(f"prompt {where}: cannot read file: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"prompt {where}: not valid TOML: {exc}") from None
-    unknown_keys = set(data) - {"slots", "system", "user", "description"}
+    unknown_keys = set(data) - {"slots", "system", "user", "description", "labels"}
     if unknown_keys:
         raise UserError(f"prompt {where}: unknown key '{sorted(unknown_keys)[0]}' "
-                        "(allowed: slots, system, user, description)")
+                        "(allowed: slots, system, user, description, labels)")
+    labels = data.get("labels", [])
+    if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+        raise UserError(f"prompt {where}: 'labels' must be a list of strings")
     if not isinstance(data.get("user"), str) or not data["user"].strip():
         raise UserError(f"prompt {where}: needs a non-empty 'user' text")
     slots = data.get("slots", [])
@@ -118,7 +123,7 @@ def load_template(path: Path, template_id: str, variant: str) -> PromptTemplate:
         raise UserError(f"prompt {where}: declares slot '{slot}' but never uses it")
     return PromptTemplate(id=template_id, variant=variant, slots=tuple(slots), system=system,
                           user=data["user"], source=str(path),
-                          description=data.get("description", ""))
+                          description=data.get("description", ""), labels=tuple(labels))
 
 
 def _parse_ref(ref: str) -> tuple[str, str]:

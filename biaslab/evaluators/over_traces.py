@@ -1,0 +1,134 @@
+"""Evaluator graphs over recorded traces: judge what a finished run's nodes said.
+
+The target models are never called: each recorded call of the chosen node becomes one
+evaluation cell, whose only model calls are the judges'. Results go to their own store under
+``<run>/evals/<name>/`` so the source run stays untouched and the evaluation can be resumed,
+replayed and cached like any run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence, TypedDict
+
+import pandas as pd
+from langgraph.graph import END, START, StateGraph
+
+from biaslab.agents.context import Bindings, CellContext
+from biaslab.agents.gateway import Gateway
+from biaslab.agents.providers import ModelSpec, parse_model
+from biaslab.errors import UserError
+from biaslab.evaluators.judges import judge_node
+from biaslab.experiments.runner import shared_cache_path
+from biaslab.prompts.registry import PromptRegistry
+from biaslab.traces.cache import CallCache
+from biaslab.traces.records import CallRecord
+from biaslab.traces.store import STORE_FILE, RunStore
+
+__all__ = ["judge_traces", "TraceJudgement", "default_slots"]
+
+
+class _EvalState(TypedDict, total=False):
+    slots: dict[str, str]
+    verdict: dict[str, Any]
+
+
+def default_slots(call: CallRecord) -> dict[str, str]:
+    """What a judge sees of a traced call: the last user message and the model's answer."""
+    user = next((m["content"] for m in reversed(call.messages) if m["role"] == "user"), "")
+    return {"prompt": user, "text": call.raw or ""}
+
+
+@dataclass(frozen=True)
+class TraceJudgement:
+    eval_dir: Path
+    scores: pd.DataFrame
+    judge_calls: int
+
+
+def judge_traces(run_dir: str | Path, *, node: str, prompt: str, judges: Sequence[str],
+                 labels: Sequence[str] | None = None, repeats: int = 1, name: str = "judge",
+                 slots: Callable[[CallRecord], dict[str, str]] = default_slots,
+                 concurrency: int = 4) -> TraceJudgement:
+    """Judge every successful recorded call of `node` in a finished run.
+
+    Args:
+        node: the traced node whose answers are judged.
+        prompt: the judge's prompt; its ``labels`` are the answer set unless `labels` is given.
+        judges: k judge models; each answers `repeats` times.
+        slots: what the judge sees of a traced call (default: its prompt and answer).
+
+    Returns one row per judged call: its cell, item and exposure, the majority label, tie
+    flag, vote counts and unscored verdicts.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / STORE_FILE).is_file():
+        raise UserError(f"{run_dir} is not a run directory (no {STORE_FILE})")
+    if repeats < 1 or not judges:
+        raise UserError("judging traces needs at least one judge model and repeats >= 1")
+    source = RunStore(run_dir, readonly=True)
+    models = [parse_model(j) for j in judges]
+    for model in models:
+        model.check_ready()
+    registry = PromptRegistry()
+    template = registry.get(prompt)
+    labels = list(labels or template.labels)
+    if not labels:
+        raise UserError(f"prompt {template.ref} declares no labels; pass the labels to judge with")
+    template.check_slots(slots(CallRecord(cell_id="", node=node)), f"{name} (over traces)")
+    eval_dir = run_dir / "evals" / name
+    store = RunStore(eval_dir)
+    shared = shared_cache_path()
+    caches = [store.cache] + ([CallCache.open_file(shared)] if shared else [])
+    gateway = Gateway(caches=caches, concurrency=concurrency, on_store=store.put_cache)
+
+    builder = StateGraph(_EvalState, context_schema=CellContext)
+    builder.add_node(name, judge_node(name, prompt=prompt, labels=labels, judges=models,
+                                      repeats=repeats, slots=lambda s: s["slots"],
+                                      writes="verdict"))
+    builder.add_edge(START, name)
+    builder.add_edge(name, END)
+    graph = builder.compile()
+
+    targets = [c for c in source.iter_calls() if c.node == node and c.raw is not None
+               and c.parse_error is None]
+
+    async def run_all():
+        semaphore = asyncio.Semaphore(concurrency)
+
+        async def one(i: int, call: CallRecord):
+            cell_id = f"{call.cell_id}#{call.item}#{call.sample}"
+            if store.cell_status(cell_id) == "done":
+                return
+            async with semaphore:
+                ctx = CellContext(cell_id=cell_id, seed=call.seed, prompts=registry,
+                                  bindings=Bindings(model=models[0]), gateway=gateway)
+                store.start_cell(cell_id, i, {"source_cell": call.cell_id, "item": call.item,
+                                              "exposure_id": call.exposure_id})
+                final = await graph.ainvoke({"slots": slots(call)}, context=ctx)
+                store.finish_cell(cell_id, ctx.calls, [(name, final["verdict"])])
+
+        await asyncio.gather(*(one(i, c) for i, c in enumerate(targets)))
+
+    try:
+        asyncio.run(run_all())
+        rows = []
+        for cell_id, _, _, verdict in store.iter_outputs(node=name):
+            source_cell, item, sample = cell_id.rsplit("#", 2)
+            rows.append({"cell_id": source_cell, "item": item, "sample": int(sample),
+                         "label": verdict["label"], "tie": verdict["tie"],
+                         "unscored": verdict["unscored"], **{f"votes_{k}": v for k, v in
+                                                             verdict["counts"].items()}})
+        scores = pd.DataFrame(rows)
+        if len(scores):
+            cells = source.cells()[["cell_id", "target", "direction", "model", "seed"]]
+            scores = scores.merge(cells, on="cell_id", how="left")
+            scores.to_csv(eval_dir / "scores.csv", index=False)
+        return TraceJudgement(eval_dir, scores, gateway.counters.model_calls)
+    finally:
+        source.close()
+        store.close()
+        for cache in caches[1:]:
+            cache.close()
