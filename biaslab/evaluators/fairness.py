@@ -60,6 +60,20 @@ def predicted_failure_rate_by_group(
     return {_py(g): float(v) for g, v in mf.by_group.items()}
 
 
+def _fairlearn_or_nan(metric, y_true, y_pred, sensitive_features) -> float:
+    """Call a fairlearn difference metric; NaN where it is undefined (no rows, empty rates)."""
+    y_pred = _as_1d(y_pred)
+    if y_pred.size == 0:
+        return float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return float(metric(_as_1d(y_true), y_pred,
+                                sensitive_features=_as_1d(sensitive_features)))
+        except (ValueError, ZeroDivisionError):
+            return float("nan")
+
+
 def demographic_parity_difference(
     y_true: ArrayLike, y_pred: ArrayLike, *, sensitive_features: ArrayLike
 ) -> float:
@@ -69,16 +83,7 @@ def demographic_parity_difference(
     0 = every group is predicted to fail equally often; 1 = one group always, another never.
     NaN when there are no rows.
     """
-    y_pred = _as_1d(y_pred)
-    if y_pred.size == 0:
-        return float("nan")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            return float(_fl_dp_difference(_as_1d(y_true), y_pred,
-                                           sensitive_features=_as_1d(sensitive_features)))
-        except (ValueError, ZeroDivisionError):
-            return float("nan")
+    return _fairlearn_or_nan(_fl_dp_difference, y_true, y_pred, sensitive_features)
 
 
 def equalized_odds_difference(
@@ -90,16 +95,7 @@ def equalized_odds_difference(
     0 = the classifier errs the same way for every group given the true outcome. NaN when a
     rate is undefined (e.g. a group with no true failures or no true passes).
     """
-    y_pred = _as_1d(y_pred)
-    if y_pred.size == 0:
-        return float("nan")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            return float(_fl_eo_difference(_as_1d(y_true), y_pred,
-                                           sensitive_features=_as_1d(sensitive_features)))
-        except (ValueError, ZeroDivisionError):
-            return float("nan")
+    return _fairlearn_or_nan(_fl_eo_difference, y_true, y_pred, sensitive_features)
 
 
 def accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
