@@ -188,3 +188,28 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
     calls_b = Counter(identity(c) for c in b.iter_calls())
     assert calls_a == calls_b and max(calls_b.values()) == 1  # no duplicated records
     assert set(b.cells()["status"]) == {"done"}
+
+
+def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC_TOML)
+    env = {**os.environ, "BIASLAB_CACHE": "off",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
+                                          os.environ.get("PYTHONPATH", "")])}
+    run_dir = tmp_path / "run"
+    proc = _cli(["run", str(spec), "--out", str(run_dir)], env)
+    deadline = time.monotonic() + 120
+    while _done(run_dir) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()
+    assert "--resume" in err.decode() and "Traceback" not in err.decode()
+    store = RunStore(run_dir, readonly=True)
+    cells = store.cells()
+    done = set(cells.loc[cells["status"] == "done", "cell_id"])
+    assert done and set(c.cell_id for c in store.iter_calls()) == done  # only whole cells
+    store.close()
+    resumed = _cli(["run", str(spec), "--out", str(run_dir), "--resume"], env)
+    assert resumed.wait(timeout=300) == 0
+    assert _done(run_dir) == 14
