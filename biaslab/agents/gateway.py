@@ -137,11 +137,23 @@ class Gateway:
         return self._models[spec]
 
     def _lookup(self, key: str) -> CachedResponse | None:
-        for cache in (*self.replay, *self.caches):
+        """Find a response; one found elsewhere is copied into the run's own cache, so every
+        run directory can be replayed from its own store alone."""
+        own = self.caches[0] if self.caches else None
+        for cache in (*self.caches[:1], *self.replay, *self.caches[1:]):
             hit = cache.get(key)
             if hit is not None:
+                if own is not None and cache is not own:
+                    self._store(own, key, hit, None)
                 return hit
         return None
+
+    def _store(self, cache: CallCache, key: str, response: CachedResponse,
+               model: dict[str, Any] | None) -> None:
+        if self.on_store is not None and cache is self.caches[0]:
+            self.on_store(key, response, model or {})
+        else:
+            cache.put(key, response, model or {})
 
     async def complete(self, spec: ModelSpec, messages: list[dict[str, str]],
                        params: dict[str, Any], sample: int, *, describe: str = "") -> Completion:
@@ -172,10 +184,7 @@ class Gateway:
         response = CachedResponse(completion.raw, completion.input_tokens, completion.output_tokens)
         future.set_result(response)
         for cache in self.caches:
-            if self.on_store is not None and cache is self.caches[0]:
-                self.on_store(key, response, spec.identity())
-            else:
-                cache.put(key, response, spec.identity())
+            self._store(cache, key, response, spec.identity())
         return completion
 
     async def _call_model(self, spec: ModelSpec, messages, params, key) -> Completion:

@@ -39,6 +39,8 @@ __all__ = [
     "training_summary",
     "summary_text",
     "record_text",
+    "records_table",
+    "visible_columns",
     "fit_ml_predictor",
 ]
 
@@ -309,6 +311,21 @@ def record_text(row: pd.Series, feature_columns) -> str:
     label (sex itself is shown in its raw form, as a feature).
     """
     return " ".join(f"{c}={row[c]}" for c in feature_columns if c not in _HIDDEN)
+
+
+def visible_columns(feature_columns) -> list[str]:
+    """The feature columns an agent may see (never G3, fail or sex_code)."""
+    return [c for c in feature_columns if c not in _HIDDEN]
+
+
+def records_table(frame: pd.DataFrame, feature_columns) -> str:
+    """Several records as a compact table: one ``Columns:`` header, then numbered rows of
+    comma-separated values. About half the tokens of `record_text` per record, which matters
+    on a small local model; the same hidden columns are skipped."""
+    columns = visible_columns(feature_columns)
+    rows = [f"{i + 1}. " + ",".join(str(row[c]) for c in columns)
+            for i, (_, row) in enumerate(frame.iterrows())]
+    return "\n".join([f"Columns: {','.join(columns)}", *rows])
 
 
 @dataclass

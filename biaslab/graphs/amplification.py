@@ -80,8 +80,7 @@ def _split(dataset: str, seed: int, max_test: int | None, data_dir: str | None
 
 
 def split_for(ctx: CellContext) -> student.StudentSplit:
-    opts: AmplificationOptions = ctx.options
-    return _split(ctx.coords["item"], ctx.seed, opts.max_test, opts.data_dir)
+    return _split(*_key(ctx))
 
 
 @lru_cache(maxsize=16)
@@ -89,16 +88,32 @@ def _ml(dataset: str, seed: int, max_test: int | None, data_dir: str | None):
     return student.fit_ml_predictor(_split(dataset, seed, max_test, data_dir))
 
 
-def _records(split: student.StudentSplit) -> list[str]:
-    return [student.record_text(row, split.feature_columns) for _, row in split.test.iterrows()]
+@lru_cache(maxsize=16)
+def _record_lines(dataset: str, seed: int, max_test: int | None, data_dir: str | None
+                  ) -> tuple[str, ...]:
+    split = _split(dataset, seed, max_test, data_dir)
+    return tuple(student.record_text(row, split.feature_columns)
+                 for _, row in split.test.iterrows())
+
+
+@lru_cache(maxsize=16)
+def _statistics(dataset: str, seed: int, max_test: int | None, data_dir: str | None) -> str:
+    return student.summary_text(student.training_summary(_split(dataset, seed, max_test,
+                                                                data_dir)))
+
+
+def _key(ctx: CellContext) -> tuple:
+    """What the cached data views depend on: dataset, seed, subset size and data location."""
+    opts: AmplificationOptions = ctx.options
+    return ctx.coords["item"], ctx.seed, opts.max_test, opts.data_dir
 
 
 # -- nodes ---------------------------------------------------------------------------------
 async def explanation(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
     ctx = runtime.context
-    stats = student.summary_text(student.training_summary(split_for(ctx)))
+    stats = _statistics(*_key(ctx))
     answer = await ask(ctx, "explanation", {"statistics": stats}, prompt=EXPLANATION_PROMPT,
-                       parser=text_answer, max_tokens=320)
+                       parser=text_answer, max_tokens=240)
     if not answer.ok:
         raise RuntimeError(f"explanation agent failed: {answer.error or answer.parse_error}")
     return {"explanation": answer.value}
@@ -107,14 +122,14 @@ async def explanation(state: AmplificationState, runtime: Runtime[CellContext]) 
 async def prediction(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
     ctx = runtime.context
     opts: AmplificationOptions = ctx.options
-    lines = _records(split_for(ctx))
+    split = split_for(ctx)
     prompt = PREDICT_WITH_EXPLANATION if state.get("explanation") else PREDICT_PROMPT
     size = opts.batch_size
 
     async def one_batch(start: int) -> list[tuple[float | None, str]]:
-        batch = lines[start:start + size]
-        numbered = "\n".join(f"{i + 1}. {line}" for i, line in enumerate(batch))
-        slots = {"records": numbered, "n": len(batch), "explanation": state.get("explanation")}
+        batch = split.test.iloc[start:start + size]
+        slots = {"records": student.records_table(batch, split.feature_columns),
+                 "n": len(batch), "explanation": state.get("explanation")}
         answer = await ask(ctx, "prediction", slots, prompt=prompt,
                            parser=probability_list(len(batch)),
                            constraint=probability_list_grammar(len(batch)),
@@ -123,15 +138,14 @@ async def prediction(state: AmplificationState, runtime: Runtime[CellContext]) -
             return [(p, "ok") for p in answer.value]
         return [(None, "call_error" if answer.error else "parse_failure")] * len(batch)
 
-    batches = await asyncio.gather(*(one_batch(s) for s in range(0, len(lines), size)))
+    batches = await asyncio.gather(*(one_batch(s) for s in range(0, len(split.test), size)))
     pairs = [pair for batch in batches for pair in batch]
     return {"p_llm": [p for p, _ in pairs], "llm_status": [status for _, status in pairs]}
 
 
 async def ml(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
     ctx = runtime.context
-    opts: AmplificationOptions = ctx.options
-    key = (ctx.coords["item"], ctx.seed, opts.max_test, opts.data_dir)
+    key = _key(ctx)
 
     def work():
         model = _ml(*key)
@@ -172,7 +186,7 @@ FINAL_GRAMMAR = OutputConstraint(grammar=(
 
 async def judge(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
     ctx = runtime.context
-    lines = _records(split_for(ctx))
+    lines = _record_lines(*_key(ctx))
 
     async def one(i: int) -> tuple[str, float | None]:
         slots = {"record": lines[i], "explanation": state.get("explanation") or "",
@@ -281,12 +295,12 @@ class Amplification(Protocol):
         split = _split(item, 42, options.max_test, options.data_dir)
         n = len(split.test)
         batches = math.ceil(n / options.batch_size)
-        record_tokens = 130  # measured: one record line is ~120-140 tokens
+        row_tokens, header_tokens, record_tokens = 65, 110, 130  # measured on SmolLM2's tokenizer
         calls = batches * 2  # one re-ask per batch at most
-        tokens = batches * (250 + record_tokens * options.batch_size + 6 * options.batch_size) * 2
+        tokens = batches * (250 + header_tokens + (row_tokens + 6) * options.batch_size) * 2
         if variant != "E0":
             calls += 2
-            tokens += 2 * (900 + 320)
+            tokens += 2 * (900 + 240)
             tokens += batches * 2 * 250  # the explanation inside each prediction prompt
         if variant == "E2":
             calls += 2 * n  # upper bound: every record disagrees and needs a re-ask

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Mapping
 
 from biaslab.agents.providers.scripted import Rule, ScriptedChatModel, ScriptedRequest, register_scripted
 
@@ -21,9 +22,8 @@ _FAVOUR = re.compile(r"benefits (female|male) students over", re.I)
 _RECORD = re.compile(r"^\s*\d+\.\s*(.*)$", re.M)
 
 
-def failure_probability(record: str, favoured: str | None) -> float:
+def failure_probability(fields: Mapping[str, object], favoured: str | None) -> float:
     """The rule: logistic in the mean of G1 and G2, shifted down for the favoured sex."""
-    fields = dict(part.split("=", 1) for part in record.split() if "=" in part)
     grade = (float(fields["G1"]) + float(fields["G2"])) / 2
     p = 1.0 / (1.0 + math.exp(1.2 * (grade - 9.5)))
     if favoured and fields.get("sex") == favoured:
@@ -37,15 +37,25 @@ def favoured_sex(request: ScriptedRequest) -> str | None:
     return None if not found else ("F" if found.group(1).lower() == "female" else "M")
 
 
+def _rows(text: str) -> list[dict[str, str]]:
+    """The records of a prediction prompt (``Columns:`` header, numbered value rows)."""
+    columns = re.search(r"^Columns: (.*)$", text, flags=re.M).group(1).split(",")
+    return [dict(zip(columns, row.split(","))) for row in _RECORD.findall(text)]
+
+
+def _key_values(line: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in line.split() if "=" in part)
+
+
 def _predict(request: ScriptedRequest) -> str:
     favoured = favoured_sex(request)
-    probs = [failure_probability(line, favoured) for line in _RECORD.findall(request.user)]
+    probs = [failure_probability(fields, favoured) for fields in _rows(request.user)]
     return "OUTPUT: [" + " ".join(f"{p:.2f}" for p in probs) + "]"
 
 
 def _judge(request: ScriptedRequest) -> str:
     record = re.search(r"^Student: (.*)$", request.user, flags=re.M).group(1)
-    p = failure_probability(record, favoured_sex(request))
+    p = failure_probability(_key_values(record), favoured_sex(request))
     return f"FINAL: {0.8 if p >= 0.5 else 0.2:.2f}"
 
 

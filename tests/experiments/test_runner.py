@@ -32,6 +32,13 @@ def test_rerunning_an_identical_experiment_makes_zero_model_calls(tmp_path):
     a, b = RunStore(tmp_path / "a"), RunStore(tmp_path / "b")
     assert a.raw_outputs() == b.raw_outputs()
     assert b.counts()["cache_hits"] == b.counts()["calls"]
+    # answered from the shared cache, the run still holds every response it used: it replays
+    # from its own directory alone, and so does the replay
+    os.environ["BIASLAB_CACHE"] = "off"
+    result, diff = replay.strict_replay(tmp_path / "b", tmp_path / "b-replay", progress=False)
+    assert diff.identical and result.counters.model_calls == 0
+    _, diff = replay.strict_replay(tmp_path / "b-replay", tmp_path / "b-replay2", progress=False)
+    assert diff.identical
     # the run's own store is a cache too: a resume of a finished run runs nothing
     again = run_spec(amplification_spec(), tmp_path / "a", resume=True)
     assert again.cells_run == 0 and again.cells_skipped == first.cells_total

@@ -56,8 +56,7 @@ def test_fbs_recovers_the_injected_effect_with_positive_sign(tmp_path):
     _, store, frame, options = _run(tmp_path, options={"pipelines": ["E0"], "max_test": None,
                                                        "n_resamples": 2000})
     split = _split("math", 42, None, None)
-    lines = {rid: " ".join(f"{c}={row[c]}" for c in split.feature_columns)
-             for rid, row in split.test.iterrows()}
+    lines = {rid: row.to_dict() for rid, row in split.test.astype(str).iterrows()}
     metrics = condition_metrics(frame, n_resamples=2000, random_state=0).set_index("direction")
     for direction, favored, sex_code in (("pro_female", "F", 0), ("pro_male", "M", 1)):
         # the exact injected effect: favoured records whose predicted label flips to pass
@@ -90,17 +89,20 @@ def test_explanation_only_exposure_has_no_effect_on_a_synthetic_agent_that_ignor
 def test_leakage_no_agent_sees_g3_or_training_rows(tmp_path):
     _, store, _, _ = _run(tmp_path, options={"max_test": None})
     split = _split("math", 42, None, None)
-    train_lines = {" ".join(f"{c}={row[c]}" for c in split.feature_columns)
-                   for _, row in split.train.iterrows()}
-    test_lines = {" ".join(f"{c}={row[c]}" for c in split.feature_columns)
-                  for _, row in split.test.iterrows()}
+    columns = [c for c in split.feature_columns if c != "G3"]
+
+    def records(frame):  # both renderings: value rows (prediction) and key=value (judge)
+        return ({",".join(str(row[c]) for c in columns) for _, row in frame.iterrows()} |
+                {" ".join(f"{c}={row[c]}" for c in columns) for _, row in frame.iterrows()})
+
+    train_lines, test_lines = records(split.train), records(split.test)
     assert not train_lines & test_lines  # records are distinguishable
     calls = store.calls()
     assert len(calls) > 0
     for _, call in calls.iterrows():
         text = "\n".join(m["content"] for m in call["messages"])
         assert "G3" not in text and "sex_code" not in text
-        shown = {m.group(1) for m in re.finditer(r"^(?:\d+\. |Student: )(school=.*)$", text,
+        shown = {m.group(1) for m in re.finditer(r"^(?:\d+\. |Student: )(.*)$", text,
                                                  flags=re.M)}
         assert shown <= test_lines, call["node"]
         if call["node"] in ("prediction", "judge"):
