@@ -115,6 +115,19 @@ def test_run_report_replay_and_export_through_the_cli(tmp_path, capsys):
     assert code == 0 and "outputs identical, 0 model calls" in out
     code, out, _ = run_cli(capsys, "replay", str(out_dir), "--mode", "rescore")
     assert code == 0 and "table1.csv" in out
+    from biaslab.agents.providers.scripted import Rule, ScriptedChatModel, register_scripted
+    register_scripted("cli-judge", lambda: ScriptedChatModel(rules=[
+        Rule("favouritism", '{"label": "neutral", "justification": "plain summary"}')]))
+    code, out, err = run_cli(capsys, "replay", str(out_dir), "--mode", "rescore", "--judge-node",
+                             "explanation", "--judges", "scripted:cli-judge", "--repeats", "2")
+    assert code == 0, err
+    # three E1 cells each recorded an explanation; the synthetic agent wrote the same text each
+    # time, so the 3 x 2 verdicts need only 2 judge calls
+    assert "judged 3 recorded 'explanation' answers with 1 judge(s) x 2: 2 judge calls" in out
+    assert (out_dir / "evals" / "judge" / "scores.csv").is_file()
+    code, _, err = run_cli(capsys, "replay", str(out_dir), "--mode", "rescore", "--judge-node",
+                           "explanation")
+    assert code == 2 and "--judges" in err
     code, out, _ = run_cli(capsys, "export", str(out_dir), "--format", "jsonl")
     assert code == 0 and (out_dir / "export" / "calls.jsonl").is_file()
     code, out, _ = run_cli(capsys, "export", str(out_dir))
