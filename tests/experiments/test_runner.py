@@ -164,19 +164,29 @@ def _done(run_dir: Path) -> int:
         return 0
 
 
+def _subprocess_env() -> dict:
+    """No shared cache (resume must rely on the run's own store), and tests/ importable so the
+    slow scripted agent can be named as scripted:support_models:slow_synthetic."""
+    return {**os.environ, "BIASLAB_CACHE": "off",
+            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
+                                           os.environ.get("PYTHONPATH", "")])}
+
+
+def _wait_until_done(run_dir: Path, proc, cells: int) -> None:
+    deadline = time.monotonic() + 120
+    while _done(run_dir) < cells and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+
+
 def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC_TOML)
-    env = {**os.environ, "BIASLAB_CACHE": "off",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
-                                          os.environ.get("PYTHONPATH", "")])}
+    env = _subprocess_env()
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     assert _cli(["run", str(spec), "--out", str(whole)], env).wait(timeout=300) == 0
 
     proc = _cli(["run", str(spec), "--out", str(killed)], env)
-    deadline = time.monotonic() + 120
-    while _done(killed) < 3 and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
+    _wait_until_done(killed, proc, 3)
     assert proc.poll() is None, "the run finished before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -200,14 +210,10 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
 def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path):
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC_TOML)
-    env = {**os.environ, "BIASLAB_CACHE": "off",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
-                                          os.environ.get("PYTHONPATH", "")])}
+    env = _subprocess_env()
     run_dir = tmp_path / "run"
     proc = _cli(["run", str(spec), "--out", str(run_dir)], env)
-    deadline = time.monotonic() + 120
-    while _done(run_dir) < 2 and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
+    _wait_until_done(run_dir, proc, 2)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err.decode()
