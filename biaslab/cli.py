@@ -41,6 +41,14 @@ def cmd_run(args) -> int:
               f"--out {out} --resume", file=sys.stderr)
         return 130
     print(result.summary(), file=sys.stderr)
+    if result.cells_failed:
+        store = RunStore(out, readonly=True)
+        failed = store.cells().query("status == 'error'")
+        store.close()
+        for _, cell in failed.head(3).iterrows():
+            print(f"  failed: {cell['cell_id']}: {cell['error']}", file=sys.stderr)
+        print(f"  fix the cause, then: biaslab run {args.spec} --out {out} --resume",
+              file=sys.stderr)
     if result.interrupted:
         print(f"continue with: biaslab run {args.spec} --out {out} --resume", file=sys.stderr)
         return 130

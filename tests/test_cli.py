@@ -70,11 +70,21 @@ GOOD = 'name = "x"\nprotocol = "amplification"\nmodels = ["scripted:amplificatio
     (GOOD + '[options]\ndatasets = ["chem"]', "bad \\[options\\]"),
     (GOOD + '[options]\ndata_dir = "/nonexistent"', "student-mat.csv"),
     ('name = "x"\nprotocol = "amplification"\nmodels = ["gpt4"]', "unknown model 'gpt4'"),
+    ('name = "x"\nprotocol = "amplification"\nmodels = ["local:/nonexistent/m.gguf"]',
+     "/nonexistent/m.gguf"),
+    ('name = "x"\nprotocol = "amplification"\nmodels = ["scripted:nope"]',
+     "unknown scripted model 'nope'"),
+    (GOOD.replace('models = ["scripted:amplification-synthetic"]',
+                  'models = ["scripted:amplification-synthetic", "scripted:amplification-synthetic"]'),
+     "names 'scripted:amplification-synthetic' twice"),
+    (GOOD + '[model_aliases.m]\nprovider = "openai-compatible"\nmodel = "x"\n'
+            'api_key = "sk-PASTED-SECRET"', "api_key: Extra inputs are not permitted.*api_key_env"),
 ])
 def test_bad_specs_are_one_line_errors(tmp_path, capsys, spec, message):
     code, out, err = run_cli(capsys, "run", write(tmp_path, spec), "--out", str(tmp_path / "o"))
     assert code == 2, err
     assert err.count("\n") == 1 and err.startswith("biaslab: error:")
+    assert "sk-PASTED-SECRET" not in err
     assert __import__("re").search(message, err), err
     assert not (tmp_path / "o").exists()  # nothing half-written
 
@@ -109,6 +119,12 @@ def test_run_report_replay_and_export_through_the_cli(tmp_path, capsys):
     assert code == 0, err
     assert (out_dir / "tables" / "table1.md").is_file() and (out_dir / "spec.toml").is_file()
     assert "5 cells run" in err
+    import pandas as pd
+    anchor = pd.read_csv(out_dir / "tables" / "ml_anchor.csv")  # reported without E2 too
+    from biaslab.datasets import fit_ml_predictor, load_student, split_student
+    split = split_student(load_student("math"), dataset="math", seed=42, max_test=10)
+    expected = fit_ml_predictor(split).evaluate(split)
+    assert len(anchor) == 1 and anchor["accuracy"].iloc[0] == pytest.approx(expected["accuracy"])
     code, _, err = run_cli(capsys, "run", spec, "--out", str(out_dir))
     assert code == 2 and "--resume" in err
     code, out, _ = run_cli(capsys, "replay", str(out_dir), "--mode", "strict", "--quiet")

@@ -251,7 +251,9 @@ def _base_metrics(df: pd.DataFrame) -> dict[str, Any]:
 
 
 def _routing_metrics(df: pd.DataFrame) -> dict[str, float]:
-    ok = df.loc[~_parse_failure_mask(df)]
+    # Denominator: records the LLM answered. A record whose judge then failed is still a
+    # disagreement routed to the judge, so it must not drop out of these rates.
+    ok = df.loc[df["p_llm"].notna()] if "p_llm" in df.columns else df.loc[~_parse_failure_mask(df)]
     sex = ok["sex"].astype(int).to_numpy()
     dis = (ok["disagree"].fillna(False).astype(bool).to_numpy() if "disagree" in ok.columns
            else np.zeros(len(ok), dtype=bool))
@@ -398,7 +400,7 @@ def _verdict(ci_low: float, ci_high: float) -> str:
         return "amplification"
     if ci_high < -_TOL:
         return "suppression"
-    return "additive (CI includes 0)"
+    return "no verdict (CI includes 0)"
 
 
 _SUPERADD_COLUMNS = ["dataset", "pipeline", "target", "direction", "model", "seed", "singles",
@@ -422,7 +424,7 @@ def superadditivity(predictions: pd.DataFrame, *, n_resamples: int = 10_000,
     Returns:
         One row per such cell: ``index_estimate``, ``index_std``, ``index_ci_low``,
         ``index_ci_high``, ``verdict`` (``"amplification"`` if the CI lies above 0,
-        ``"suppression"`` if below, else ``"additive (CI includes 0)"``), plus ``fbs_multi``,
+        ``"suppression"`` if below, else ``"no verdict (CI includes 0)"``), plus ``fbs_multi``,
         ``fbs_singles_sum``, ``singles``, ``n``, ``n_dropped``. Cells with a missing clean or
         single-agent run are skipped.
     """

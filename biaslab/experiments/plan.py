@@ -7,7 +7,9 @@ so a grid of a million cells costs no memory up front.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -76,6 +78,23 @@ class Plan:
         per = len(self.protocol.items(self.options)) * len(self.models) * len(self.spec.run.seeds)
         return sum(len(self.conditions[v]) * per for v in self.protocol.variants(self.options))
 
+    def fingerprint(self) -> str:
+        """A hash of everything that decides what the cells compute: the spec (less the run's
+        concurrency and retry settings), the models, options and the content of every bound
+        prompt. A resume with a different fingerprint would mix two experiments."""
+        spec = self.spec.model_dump(exclude={"scale", "run", "models", "model_aliases",
+                                             "description", "name"})
+        spec["seeds"] = self.spec.run.seeds
+        prompts = {f"{variant}.{node.name}": self.prompts.get(
+            self.node_prompts.get(node.name, node.prompt)).content_hash
+            for variant in self.protocol.variants(self.options)
+            for node in self.protocol.llm_nodes(variant)}
+        payload = {"spec": spec, "models": [m.public() for m in self.all_model_specs()],
+                   "options": self.options.model_dump(), "prompts": prompts,
+                   "exposure": self.prompts.get(self.spec.conditions.template).content_hash}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()
+                              ).hexdigest()[:16]
+
     def all_model_specs(self) -> list[ModelSpec]:
         return [*self.models, *self.node_models.values()]
 
@@ -86,8 +105,14 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
     proto = get_protocol(spec.protocol)
     options = proto.parse_options(spec.options)
     prompts = PromptRegistry(spec.prompt_overrides)
-    aliases = {name: parse_model(table) for name, table in spec.model_aliases.items()}
+    aliases = {name: parse_model({**table, "alias": table.get("alias", name)})
+               for name, table in spec.model_aliases.items()}
     model_specs = [parse_model(m, aliases) for m in (models or spec.models)]
+    labels = [m.label for m in model_specs]
+    for label in labels:
+        if labels.count(label) > 1:
+            raise UserError(f"the model axis names '{label}' twice; give each model its own "
+                            "[model_aliases.<name>] table so their cells stay apart")
     known_nodes = proto.all_nodes()
     node_models, node_prompts = {}, {}
     for node, settings in spec.nodes.items():
@@ -116,9 +141,12 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
         names = [n.name for n in nodes]
         c = spec.conditions
         targets = c.targets
+        if isinstance(targets, str) and targets not in ("all", "singletons", "each_and_all"):
+            targets = [targets]
         if isinstance(targets, list):  # a listed target may not exist in every variant
-            targets = [t for t in targets if set(t.split("+")) <= set(names)]
-            unknown = [t for t in c.targets if not set(t.split("+")) <= known_nodes]
+            listed = targets
+            targets = [t for t in listed if set(t.split("+")) <= set(names)]
+            unknown = [t for t in listed if not set(t.split("+")) <= known_nodes]
             if unknown:
                 raise UserError(f"[conditions] target '{unknown[0]}' names no LLM node of "
                                 f"'{proto.name}' (nodes: {', '.join(sorted(known_nodes))})")

@@ -70,8 +70,11 @@ class OutputDiff:
 
 
 def compare_outputs(source: RunStore, replayed: RunStore) -> OutputDiff:
-    """Byte-for-byte comparison of every stored node output."""
-    a, b = source.raw_outputs(), replayed.raw_outputs()
+    """Byte-for-byte comparison of every node output of the source's finished cells."""
+    done = source.cells()
+    keep = set(done.loc[done["status"] == "done", "cell_id"]) if len(done) else set()
+    a = {k: v for k, v in source.raw_outputs().items() if k[0] in keep}
+    b = replayed.raw_outputs()
     missing = sorted(set(a) - set(b))
     different = sorted(k for k in set(a) & set(b) if a[k] != b[k])
     return OutputDiff(missing, different, len(a))
@@ -82,8 +85,12 @@ def strict_replay(run_dir: str | Path, out_dir: str | Path, *, progress: bool = 
     source = _open_source(run_dir)
     try:
         plan = load_run_plan(run_dir, check_keys=False)
+        cells = source.cells()
+        done = set(cells.loc[cells["status"] == "done", "cell_id"]) if len(cells) else set()
+        # Cells that failed in the source have no complete trace to replay; they are skipped.
         result = asyncio.run(run_plan(plan, out_dir, mode="strict", replay_from=[source],
-                                      use_shared_cache=False, progress=progress))
+                                      use_shared_cache=False, progress=progress,
+                                      only=lambda cell: cell.id in done))
         replayed = RunStore(out_dir, readonly=True)
         diff = compare_outputs(source, replayed)
         replayed.close()
@@ -111,9 +118,12 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str,
     try:
         spec = load_run_spec(run_dir)
         nodes = dict(spec.nodes)
-        current = nodes.get(node, NodeSettings())
-        nodes[node] = current.model_copy(update={k: v for k, v in
-                                                 (("prompt", prompt), ("model", model)) if v})
+        if prompt or model:
+            if not node:
+                raise UserError("--prompt/--model need --node: the node whose binding changes")
+            current = nodes.get(node, NodeSettings())
+            nodes[node] = current.model_copy(update={k: v for k, v in
+                                                     (("prompt", prompt), ("model", model)) if v})
         conditions = spec.conditions.model_copy(update={k: v for k, v in
                                                         (("directions", directions),
                                                          ("targets", targets)) if v})

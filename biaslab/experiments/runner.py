@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import tomli_w
 
@@ -127,7 +127,8 @@ async def _run_cell(plan: Plan, cell: Cell, graph, gateway: Gateway, store: RunS
 async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
                    concurrency: int | None = None, mode: ReplayMode = "live",
                    replay_from: Sequence[RunStore] = (), use_shared_cache: bool = True,
-                   progress: bool = True) -> RunResult:
+                   progress: bool = True, only: Callable[[Cell], bool] | None = None
+                   ) -> RunResult:
     """Run every cell of `plan` into `run_dir`.
 
     Args:
@@ -135,16 +136,26 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
         mode: ``live``, or ``strict`` to demand that every call comes from `replay_from`.
         replay_from: stores of earlier runs whose responses are used before any model.
         use_shared_cache: also use the cross-run cache (`shared_cache_path`).
+        only: run just the cells it accepts (strict replay skips cells that failed).
     """
     run_dir = Path(run_dir)
+    fingerprint = plan.fingerprint()
     store = RunStore(run_dir)
-    if store.counts()["cells_done"] + store.counts()["cells_error"] and not resume:
+    counts = store.counts()
+    if counts["cells_done"] + counts["cells_error"] and not resume:
         store.close()
         raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, or "
                         "choose another --out")
-    if not resume:
+    recorded = store.meta().get("fingerprint")
+    if resume and recorded and recorded != fingerprint:
+        store.close()
+        raise UserError(f"{run_dir} was made with a different spec (models, scale, conditions, "
+                        "options or prompts changed); resume it with the same spec, or choose "
+                        "another --out")
+    if not recorded:
         store.set_meta(spec_name=plan.spec.name, protocol=plan.protocol.name,
-                       scale=plan.spec.scale_applied, created=time.time())
+                       scale=plan.spec.scale_applied, created=time.time(),
+                       fingerprint=fingerprint)
     write_resolved_spec(plan, run_dir)
     reset = store.reset_unfinished() if resume else 0
     caches: list[CallCache] = [store.cache]
@@ -166,6 +177,10 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
 
     async def produce():
         for cell in plan.cells():
+            if only is not None and not only(cell):
+                result.cells_skipped += 1
+                bar.advance()
+                continue
             if resume and store.cell_status(cell.id) == "done":
                 result.cells_skipped += 1
                 bar.advance()

@@ -56,6 +56,11 @@ class AmplificationOptions(BaseModel):
     """A directory with your own student-mat.csv / student-por.csv instead of the shipped copy."""
 
 
+class CallFailed(RuntimeError):
+    """A model call failed for good; the cell is marked ``error`` and ``--resume`` retries it.
+    (Unparsable answers are different: they are recorded parse failures in a finished cell.)"""
+
+
 class AmplificationState(TypedDict, total=False):
     dataset: str
     record_ids: list[int]
@@ -114,8 +119,8 @@ async def explanation(state: AmplificationState, runtime: Runtime[CellContext]) 
     stats = _statistics(*_key(ctx))
     answer = await ask(ctx, "explanation", {"statistics": stats}, prompt=EXPLANATION_PROMPT,
                        parser=text_answer, max_tokens=240)
-    if not answer.ok:
-        raise RuntimeError(f"explanation agent failed: {answer.error or answer.parse_error}")
+    if not answer.ok:  # predictions must never run without the explanation they depend on
+        raise CallFailed(f"explanation agent: {answer.error or answer.parse_error}")
     return {"explanation": answer.value}
 
 
@@ -134,9 +139,11 @@ async def prediction(state: AmplificationState, runtime: Runtime[CellContext]) -
                            parser=probability_list(len(batch)),
                            constraint=probability_list_grammar(len(batch)),
                            item=f"batch-{start // size}", max_tokens=12 + 6 * len(batch))
+        if answer.error:  # transport failure after retries: the cell fails and --resume retries it
+            raise CallFailed(f"prediction batch {start // size}: {answer.error}")
         if answer.ok:
             return [(p, "ok") for p in answer.value]
-        return [(None, "call_error" if answer.error else "parse_failure")] * len(batch)
+        return [(None, "parse_failure")] * len(batch)
 
     batches = await asyncio.gather(*(one_batch(s) for s in range(0, len(split.test), size)))
     pairs = [pair for batch in batches for pair in batch]
@@ -168,7 +175,7 @@ def route_after_ml(state: AmplificationState) -> Literal["judge", "finalize"]:
 
 def parse_final(text: str) -> float:
     """``FINAL: p`` with p in [0, 1] and outside the undecided band [0.4, 0.6]."""
-    found = re.findall(r"FINAL\s*:?\s*([01](?:\.\d+)?|\.\d+)", text, flags=re.I)
+    found = re.findall(r"FINAL\s*:?\s*([01](?:\.\d+)?|\.\d+)(?!\.?\d)", text, flags=re.I)
     if not found:
         raise ParseError("no 'FINAL: p' found")
     value = float(found[-1])
@@ -194,14 +201,18 @@ async def judge(state: AmplificationState, runtime: Runtime[CellContext]) -> dic
         answer = await ask(ctx, "judge", slots, prompt=JUDGE_PROMPT, parser=parse_final,
                            constraint=FINAL_GRAMMAR, item=f"record-{state['record_ids'][i]}",
                            max_tokens=12)
+        if answer.error:
+            raise CallFailed(f"judge on record {state['record_ids'][i]}: {answer.error}")
         return str(state["record_ids"][i]), answer.value if answer.ok else None
 
     return {"p_judge": dict(await asyncio.gather(*(one(i) for i in _disagreements(state))))}
 
 
 def finalize(state: AmplificationState) -> dict:
-    """One row per test record. A record without a usable answer keeps p_final None and says
-    why in ``decided_by`` (parse_failure, call_error, judge_failure): excluded and counted."""
+    """One row per test record. A record without a parsable answer keeps p_final None and says
+    why in ``decided_by`` (parse_failure, judge_failure): excluded and counted, never imputed.
+    Where the LLM and the ML predictor agree, E2 uses the ML probability (as the protocol
+    specifies), so E2's AUC mostly reflects the ML ranking."""
     p_ml = state.get("p_ml")
     judged = state.get("p_judge", {})
     rows = []

@@ -84,6 +84,8 @@ def _target_sets(llm_nodes: Sequence[str], targets) -> list[tuple[str, ...]]:
     if targets == "each_and_all":
         sets = [(n,) for n in llm_nodes]
         return sets + ([tuple(llm_nodes)] if len(llm_nodes) > 1 else [])
+    if isinstance(targets, str):  # a single target such as "prediction" or "a+b"
+        targets = [targets]
     out = []
     for entry in targets:
         names = tuple(entry.split("+")) if isinstance(entry, str) else tuple(entry)

@@ -286,7 +286,7 @@ def test_superadditivity_additive_and_amplification(synth):
     r1 = sa.loc[sa["model"] == "m1"].iloc[0]
     assert r1["index_estimate"] == pytest.approx(0.0, abs=1e-12)
     assert r1["index_std"] == pytest.approx(0.0, abs=1e-12)
-    assert r1["verdict"] == "additive (CI includes 0)"
+    assert r1["verdict"] == "no verdict (CI includes 0)"
     assert r1["fbs_multi"] == pytest.approx(r1["fbs_singles_sum"])
     r2 = sa.loc[sa["model"] == "m2"].iloc[0]
     n_f = (sex == 0).sum()

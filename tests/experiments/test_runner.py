@@ -117,10 +117,12 @@ def test_transient_faults_are_retried_and_malformed_output_is_recorded(tmp_path)
     assert len(frame) == 40  # no record lost: 20 records x 2 cells
 
 
-def test_permanent_error_is_recorded_not_retried(tmp_path):
+def test_permanent_error_fails_the_cell_and_resume_retries_it(tmp_path):
+    once = Fault("400", times=1, match="OUTPUT: \\[p1")  # shared: it fails once in the world
+
     def broken():
         agent = make_agent()
-        agent.faults = [Fault("400", times=1, match="OUTPUT: \\[p1")]
+        agent.faults = [once]
         return agent
 
     register_scripted("broken-synthetic", broken)
@@ -128,8 +130,45 @@ def test_permanent_error_is_recorded_not_retried(tmp_path):
                               run={"concurrency": 1}, conditions={"directions": ["pro_female"]})
     result = run_spec(spec, tmp_path / "run")
     assert result.counters.retries == 0 and result.counters.errors == 1
-    calls = RunStore(tmp_path / "run").calls()
+    assert result.cells_failed == 1  # a transport failure is not a parse failure: no holes
+    store = RunStore(tmp_path / "run")
+    cells = store.cells().set_index("cell_id")
+    failed = cells[cells["status"] == "error"]
+    assert len(failed) == 1 and "HTTP 400" in failed["error"].iloc[0]
+    calls = store.calls()
     assert calls["error"].notna().sum() == 1 and "HTTP 400" in calls["error"].dropna().iloc[0]
+    # a strict replay replays the finished cell and skips the failed one
+    _, diff = replay.strict_replay(tmp_path / "run", tmp_path / "strict", progress=False)
+    assert diff.identical and diff.compared > 0
+    # the fault was transient in the world: resume retries only the failed cell
+    again = run_spec(spec, tmp_path / "run", resume=True)
+    assert again.cells_run == 1 and again.cells_skipped == 1 and again.cells_failed == 0
+    assert set(RunStore(tmp_path / "run").cells()["status"]) == {"done"}
+
+
+def test_resume_refuses_a_changed_spec(tmp_path):
+    run_spec(amplification_spec(options={"pipelines": ["E0"]}), tmp_path / "run")
+    from biaslab.errors import UserError
+    changed = amplification_spec(options={"pipelines": ["E0"], "batch_size": 5})
+    with pytest.raises(UserError, match="made with a different spec"):
+        run_spec(changed, tmp_path / "run", resume=True)
+    same = run_spec(amplification_spec(options={"pipelines": ["E0"]}, run={"concurrency": 2}),
+                    tmp_path / "run", resume=True)  # concurrency is not part of the experiment
+    assert same.cells_run == 0
+
+
+def test_counterfactual_exposure_grid_change(tmp_path):
+    spec = amplification_spec(options={"pipelines": ["E1"]},
+                              conditions={"directions": ["pro_female"], "targets": "singletons"})
+    run_spec(spec, tmp_path / "src")
+    os.environ["BIASLAB_CACHE"] = "off"
+    result = replay.counterfactual(tmp_path / "src", tmp_path / "cf", node="",
+                                   directions=["pro_female", "pro_male"], progress=False)
+    assert result.cells_total == 1 + 2 * 2 and result.cells_failed == 0
+    calls = RunStore(tmp_path / "cf").calls()
+    paid = calls[~calls["cache_hit"]]
+    assert set(paid["exposure_id"]) == {"explanation:pro_male", "prediction:pro_male"}
+    assert result.counters.model_calls == paid["cache_key"].nunique()
 
 
 SPEC_TOML = """

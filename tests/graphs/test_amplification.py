@@ -11,7 +11,7 @@ from biaslab.agents.providers.scripted import Rule, ScriptedChatModel, register_
 from biaslab.evaluators.amplification import condition_metrics
 from biaslab.experiments.reports.amplification import predictions_frame
 from biaslab.graphs.amplification import AmplificationOptions, _split, parse_final
-from biaslab.graphs.amplification_synthetic import SHIFT, failure_probability
+from biaslab.graphs.amplification_synthetic import failure_probability
 from biaslab.traces.store import RunStore
 from conftest import amplification_spec, run_spec
 
@@ -75,15 +75,6 @@ def test_fbs_recovers_the_injected_effect_with_positive_sign(tmp_path):
     assert (carried == calls["exposed"]).all()
     assert set(calls.loc[carried, "exposure_id"]) == {"prediction:pro_female",
                                                       "prediction:pro_male"}
-    assert SHIFT > 0
-
-
-def test_explanation_only_exposure_has_no_effect_on_a_synthetic_agent_that_ignores_it(tmp_path):
-    _, _, frame, _ = _run(tmp_path, options={"pipelines": ["E1"]},
-                          conditions={"directions": ["pro_female"], "targets": ["explanation"]})
-    metrics = condition_metrics(frame, n_resamples=300)
-    exposed = metrics[metrics["target"] == "explanation"].iloc[0]
-    assert exposed["fbs"] == 0 and exposed["fbs_std"] == 0
 
 
 def test_leakage_no_agent_sees_g3_or_training_rows(tmp_path):
@@ -157,7 +148,8 @@ def test_probability_list_rejects_malformed(text, reason):
 
 @pytest.mark.parametrize("text, ok", [("FINAL: 0.83", 0.83), ("final 0.1", 0.1),
                                       ("FINAL: 0.5", None), ("FINAL: 0.4", None),
-                                      ("maybe", None), ("FINAL: 1.5", None)])
+                                      ("maybe", None), ("FINAL: 1.5", None),
+                                      ("FINAL: 10", None), ("FINAL: 0.95.", 0.95)])
 def test_judge_must_commit_to_a_side(text, ok):
     if ok is None:
         with pytest.raises(ParseError):

@@ -55,3 +55,8 @@ def test_system_append_without_system_message_adds_one():
 def test_bad_position_is_a_user_error():
     with pytest.raises(UserError, match="position must be one of"):
         Exposure(targets=frozenset({"a"}), direction="d", position="middle")
+
+
+def test_a_single_target_string_is_one_target():
+    conditions = exposure_conditions(["a", "b"], {"up": {}}, targets="b", include_clean=False)
+    assert [c.target for c in conditions] == ["b"]

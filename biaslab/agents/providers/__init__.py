@@ -17,9 +17,10 @@ Provider SDKs are imported lazily so that each stays optional.
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from biaslab.errors import UserError
 
@@ -31,7 +32,8 @@ _HOSTED = {
     "openrouter": ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY", True),
     "vllm": ("$VLLM_BASE_URL|http://localhost:8000/v1", "VLLM_API_KEY", False),
     "ollama": ("$OLLAMA_BASE_URL|http://localhost:11434/v1", "OLLAMA_API_KEY", False),
-    "openai-compatible": (None, "OPENAI_API_KEY", False),
+    # No default key: an OpenAI key must never be sent to an arbitrary endpoint by accident.
+    "openai-compatible": (None, None, False),
 }
 PROVIDERS: tuple[str, ...] = ("local", "scripted", *_HOSTED)
 
@@ -60,10 +62,14 @@ class ModelSpec(BaseModel):
     max_tokens: int = 512
     rps: float | None = Field(default=None, gt=0)
     timeout_s: float = Field(default=300.0, gt=0)
+    alias: str | None = None
+    """The spec's name for this model ([model_aliases.<alias>]); labels tables and cells."""
 
     @property
     def label(self) -> str:
-        """Short name for tables and figures."""
+        """Short name for tables, figures and cell ids."""
+        if self.alias:
+            return self.alias
         if self.provider == "local":
             return "local" if not self.model else f"local:{os.path.basename(self.model)}"
         return f"{self.provider}:{self.model}"
@@ -76,6 +82,8 @@ class ModelSpec(BaseModel):
     def resolved_base_url(self) -> str | None:
         if self.base_url:
             return self.base_url
+        if self.provider == "openai":  # the SDK honours this variable; so must the cache key
+            return os.environ.get("OPENAI_BASE_URL") or None
         default = _HOSTED.get(self.provider, (None,))[0]
         if default and default.startswith("$"):
             env, _, fallback = default[1:].partition("|")
@@ -84,12 +92,19 @@ class ModelSpec(BaseModel):
 
     def identity(self) -> dict[str, Any]:
         """What makes two calls the same model call (part of the cache key)."""
-        return {"provider": self.provider, "model": self.model,
-                "base_url": self.resolved_base_url()}
+        model = self.model
+        if self.provider == "local":  # the file actually served, whichever way it was chosen
+            from biaslab.agents.providers.local import resolve_model_path
+            model = _file_identity(resolve_model_path(self.model or None))
+        return {"provider": self.provider, "model": model, "base_url": self.resolved_base_url()}
 
     def public(self) -> dict[str, Any]:
-        """Everything safe to record: the spec itself never holds a key."""
-        return self.model_dump(exclude_none=True)
+        """Everything safe to record: the spec never holds a key, and credentials written
+        into a base URL (``https://user:pass@host``) are dropped."""
+        data = self.model_dump(exclude_none=True)
+        if self.base_url:
+            data["base_url"] = _strip_userinfo(self.base_url)
+        return data
 
     def key_env(self) -> str | None:
         return self.api_key_env or _HOSTED.get(self.provider, (None, None))[1]
@@ -99,6 +114,12 @@ class ModelSpec(BaseModel):
         if self.provider not in PROVIDERS:
             raise UserError(f"unknown model provider '{self.provider}' "
                             f"(known: {', '.join(PROVIDERS)})")
+        if self.provider == "local":
+            from biaslab.agents.providers.local import resolve_model_path
+            resolve_model_path(self.model or None)  # one-line UserError when missing
+        if self.provider == "scripted":
+            from biaslab.agents.providers.scripted import resolve_scripted
+            resolve_scripted(self.model)
         if self.provider in _HOSTED:
             if not self.model:
                 raise UserError(f"model spec '{self.provider}:' needs a model name after the colon")
@@ -112,6 +133,31 @@ class ModelSpec(BaseModel):
                                 f"variable {env} (it is not set)")
 
 
+def _strip_userinfo(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def _file_identity(path: str) -> str:
+    """A model file's name, size and a hash of its first MiB: stable across machines for the
+    same file, different for a different GGUF at the same path."""
+    stat = os.stat(path)
+    return _file_identity_of(path, stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=32)
+def _file_identity_of(path: str, size: int, mtime_ns: int) -> str:
+    import hashlib
+
+    with open(path, "rb") as handle:
+        head = hashlib.sha256(handle.read(1 << 20)).hexdigest()[:16]
+    return f"{os.path.basename(path)}:{size}:{head}"
+
+
 def parse_model(spec: str | dict | ModelSpec, aliases: dict[str, ModelSpec] | None = None
                 ) -> ModelSpec:
     """Turn a spec string, table or alias into a `ModelSpec`."""
@@ -120,8 +166,13 @@ def parse_model(spec: str | dict | ModelSpec, aliases: dict[str, ModelSpec] | No
     if isinstance(spec, dict):
         try:
             return ModelSpec(**spec)
-        except Exception as exc:  # pydantic's message is long; keep the first line
-            raise UserError(f"bad model table {spec}: {str(exc).splitlines()[0]}") from None
+        except ValidationError as exc:  # name the field only: a value could be a pasted key
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"])
+            hint = " (put keys in the environment and name the variable in api_key_env)" \
+                if "key" in field.lower() else ""
+            raise UserError(f"bad model table{' ' + spec['alias'] if 'alias' in spec else ''}: "
+                            f"{field}: {err['msg']}{hint}") from None
     if aliases and spec in aliases:
         return aliases[spec]
     provider, _, model = spec.partition(":")
@@ -144,7 +195,7 @@ def build_chat_model(spec: ModelSpec):
     import openai
     from langchain_openai import ChatOpenAI
     env = spec.key_env()
-    key = os.environ.get(env or "") or "not-needed"
+    key = (os.environ.get(env) if env else None) or "not-needed"
     # An HTTP client of its own: langchain-openai otherwise shares one pooled client per
     # endpoint across the process, whose connections die with the first run's event loop
     # (a second run in the same process then fails with "Event loop is closed").

@@ -1,0 +1,44 @@
+"""Model specs: parsing, what is recorded, and which key goes where."""
+
+import pytest
+
+from biaslab.agents.providers import ModelSpec, parse_model
+from biaslab.errors import UserError
+
+
+def test_openai_compatible_never_borrows_the_openai_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-travel")
+    spec = ModelSpec(provider="openai-compatible", model="m", base_url="http://127.0.0.1:9/v1")
+    assert spec.key_env() is None
+    from biaslab.agents.providers import build_chat_model
+    model = build_chat_model(spec)
+    assert model.openai_api_key.get_secret_value() == "not-needed"
+
+
+def test_public_spec_drops_credentials_in_urls():
+    spec = ModelSpec(provider="openai-compatible", model="m",
+                     base_url="https://user:hunter2@proxy.example/v1", api_key_env="K")
+    assert spec.public()["base_url"] == "https://proxy.example/v1"
+    assert "hunter2" not in str(spec.public())
+
+
+def test_alias_labels_cells_and_keeps_cache_identity():
+    a = parse_model({"provider": "vllm", "model": "q", "alias": "q-hot", "temperature": 0.7})
+    b = parse_model("vllm:q")
+    assert a.label == "q-hot" and b.label == "vllm:q"
+    assert a.identity() == b.identity()  # temperature is a call parameter, not the identity
+
+
+def test_local_identity_is_the_file_served(tmp_path, monkeypatch):
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF" + b"\0" * 64)
+    default = parse_model("local").identity()
+    custom = parse_model(f"local:{other}").identity()
+    monkeypatch.setenv("BIASLAB_LOCAL_MODEL", str(other))
+    via_env = parse_model("local").identity()
+    assert default != custom and custom == via_env
+
+
+def test_unknown_provider_is_one_line():
+    with pytest.raises(UserError, match="unknown model 'claude:x'"):
+        parse_model("claude:x")
