@@ -150,3 +150,16 @@ def test_run_report_replay_and_export_through_the_cli(tmp_path, capsys):
     import pandas as pd
     calls = pd.read_parquet(out_dir / "export" / "calls.parquet")
     assert len(calls) > 0 and {"node", "prompt_hash", "cache_key", "raw"} <= set(calls.columns)
+
+
+def test_spec_paths_are_relative_to_the_spec_file(tmp_path, capsys, monkeypatch):
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "judge.toml").write_text(
+        'slots = ["record", "p_llm", "p_ml"]\nuser = "Student: $record\\n$p_llm $p_ml FINAL: p"')
+    spec = write(tmp_path, GOOD + '[nodes.judge]\nprompt = "p/judge.toml"\n[options]\n'
+                 'pipelines = ["E2"]\nmax_test = 10\nn_resamples = 200\n[conditions]\n'
+                 'targets = ["judge"]\ndirections = ["pro_male"]\n')
+    monkeypatch.chdir("/")
+    code, _, err = run_cli(capsys, "run", spec, "--out", str(tmp_path / "o"), "--quiet")
+    assert code == 0, err
+    assert str(tmp_path / "p" / "judge.toml") in (tmp_path / "o" / "spec.toml").read_text()

@@ -120,7 +120,6 @@ class Gateway:
     mode: ReplayMode = "live"
     concurrency: int = 4
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    seed: int = 0
     counters: RunCounters = field(default_factory=RunCounters)
     on_store: Any = None  # callable(key, CachedResponse, model_public) that persists a response
 
@@ -129,7 +128,8 @@ class Gateway:
         self._limiters: dict[str, _RateLimiter] = {}
         self._inflight: dict[str, asyncio.Future] = {}
         self._semaphore: asyncio.Semaphore | None = None
-        self._rng = random.Random(self.seed)
+        # Jitter must differ between processes sharing an endpoint, or they retry in lockstep.
+        self._rng = random.Random()
 
     def model(self, spec: ModelSpec):
         if spec not in self._models:

@@ -61,6 +61,20 @@ class RunResult:
                 f"{c.parse_failures} parse failures, {c.tokens} tokens in {self.elapsed_s:.1f}s")
 
 
+def _lock_run_dir(run_dir: Path):
+    """One writer per run directory: a second process gets a clear error, not a locked DB."""
+    import fcntl
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(run_dir / ".lock", "w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise UserError(f"another biaslab process is writing to {run_dir}") from None
+    return handle
+
+
 def _drop_none(value):
     if isinstance(value, dict):
         return {k: _drop_none(v) for k, v in value.items() if v is not None}
@@ -140,15 +154,18 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
     """
     run_dir = Path(run_dir)
     fingerprint = plan.fingerprint()
+    lock = _lock_run_dir(run_dir)
     store = RunStore(run_dir)
     counts = store.counts()
     if counts["cells_done"] + counts["cells_error"] and not resume:
         store.close()
+        lock.close()
         raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, or "
                         "choose another --out")
     recorded = store.meta().get("fingerprint")
     if resume and recorded and recorded != fingerprint:
         store.close()
+        lock.close()
         raise UserError(f"{run_dir} was made with a different spec (models, scale, conditions, "
                         "options or prompts changed); resume it with the same spec, or choose "
                         "another --out")
@@ -208,6 +225,7 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
         await asyncio.gather(*tasks, return_exceptions=True)
         bar.stop()
         store.close()
+        lock.close()
         if shared_cache is not None:
             shared_cache.close()
         result.elapsed_s = time.monotonic() - started

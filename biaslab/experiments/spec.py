@@ -121,7 +121,16 @@ def load_spec(path: str | Path, *, scale: str | None = None) -> ExperimentSpec:
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"spec {path} is not valid TOML: {exc}") from None
     spec = spec_from_dict(data, scale=scale, where=str(path))
+    # Paths in a spec are relative to the spec file, so a run can be replayed from anywhere.
     base = path.parent
-    spec.prompt_overrides[:] = [str((base / d).resolve()) if not Path(d).is_absolute() else d
-                                for d in spec.prompt_overrides]
+
+    def resolve(value: str) -> str:
+        return value if Path(value).is_absolute() else str((base / value).resolve())
+
+    spec.prompt_overrides[:] = [resolve(d) for d in spec.prompt_overrides]
+    for node in spec.nodes.values():
+        if node.prompt and node.prompt.endswith(".toml"):
+            node.prompt = resolve(node.prompt)
+    if isinstance(spec.options.get("data_dir"), str):
+        spec.options["data_dir"] = resolve(spec.options["data_dir"])
     return spec

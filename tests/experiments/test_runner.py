@@ -265,3 +265,16 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path):
     resumed = _cli(["run", str(spec), "--out", str(run_dir), "--resume"], env)
     assert resumed.wait(timeout=300) == 0
     assert _done(run_dir) == 14
+
+
+def test_one_writer_per_run_directory(tmp_path):
+    from biaslab.errors import UserError
+    from biaslab.experiments.runner import _lock_run_dir
+    held = _lock_run_dir(tmp_path / "run")
+    try:
+        with pytest.raises(UserError, match="another biaslab process is writing"):
+            run_spec(amplification_spec(options={"pipelines": ["E0"]}), tmp_path / "run")
+    finally:
+        held.close()
+    assert run_spec(amplification_spec(options={"pipelines": ["E0"]}),
+                    tmp_path / "run").cells_failed == 0
