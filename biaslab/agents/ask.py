@@ -60,6 +60,8 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
     template = ctx.template(node, prompt)
     messages = template.render(slots)
     exposures = ctx.condition.exposures_for(node)
+    exposure_templates = [ctx.prompts.get(e.template) for e in exposures]
+    exposure_prompts = [f"{t.ref}@{t.content_hash}" for t in exposure_templates]
     if exposures:
         messages = apply_exposures(messages, [(e.position, e.text(ctx.prompts)) for e in exposures])
     spec = model or ctx.bindings.model_for(node)
@@ -72,7 +74,8 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
     for attempt in range(reasks + 1):
         record = CallRecord(cell_id=ctx.cell_id, node=node, item=item, sample=sample,
                             attempt=attempt, seed=params["seed"], exposure_id=ctx.condition.id,
-                            exposed=bool(exposures), prompt_id=template.ref,
+                            exposed=bool(exposures), exposure_prompts=exposure_prompts,
+                            prompt_id=template.ref,
                             prompt_hash=template.content_hash, messages=messages,
                             model=spec.public(), params=params)
         describe = f"node '{node}' item '{item}' sample {sample} attempt {attempt} in cell " \

@@ -92,10 +92,12 @@ def write_resolved_spec(plan: Plan, run_dir: Path) -> None:
 
 
 class _Progress:
-    """A rich progress bar on a terminal; a closing line elsewhere."""
+    """A rich progress bar on a terminal; elsewhere a status line every 15 seconds."""
 
     def __init__(self, total: int, counters: RunCounters, enabled: bool):
         self.counters = counters
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.last_line = time.monotonic()
         self.bar = None
         if enabled and sys.stderr.isatty():
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
@@ -107,11 +109,15 @@ class _Progress:
             self.bar.start()
 
     def advance(self, n: int = 1) -> None:
+        c = self.counters
+        self.done += n
+        status = (f"calls {c.model_calls} · cache {c.cache_hits} · errors {c.errors} · "
+                  f"parse fail {c.parse_failures} · tokens {c.tokens}")
         if self.bar:
-            c = self.counters
-            self.bar.update(self.task, advance=n, description=(
-                f"calls {c.model_calls} · cache {c.cache_hits} · errors {c.errors} · "
-                f"parse fail {c.parse_failures} · tokens {c.tokens}"))
+            self.bar.update(self.task, advance=n, description=status)
+        elif self.enabled and time.monotonic() - self.last_line >= 15:  # logs, CI, pipes
+            self.last_line = time.monotonic()
+            print(f"cells {self.done}/{self.total} · {status}", file=sys.stderr, flush=True)
 
     def stop(self) -> None:
         if self.bar:

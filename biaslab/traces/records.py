@@ -30,6 +30,8 @@ class CallRecord(BaseModel):
     """Condition id of the exposures applied to this call's prompt ('none' when clean)."""
     exposed: bool = False
     """Whether this very call's prompt carried exposure text."""
+    exposure_prompts: list[str] = Field(default_factory=list)
+    """Template id@hash of each exposure text injected into this call."""
     prompt_id: str = ""
     """Prompt template id with variant."""
     prompt_hash: str = ""

@@ -88,6 +88,8 @@ def test_exposure_reaches_exactly_the_targeted_node(prompts, tmp_path):
             carries = EXPOSURE_MARK in rendered
             assert carries == (call.node == condition.target), (condition.id, call.node)
             assert call.exposed == carries
+            assert bool(call.exposure_prompts) == carries
+            assert all(p.startswith("exposures/tilt@") for p in call.exposure_prompts)
             assert call.exposure_id == condition.id
             if carries:  # system-append: the text ends the system message, the user is intact
                 assert call.messages[0]["role"] == "system"
