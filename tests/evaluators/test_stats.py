@@ -371,8 +371,9 @@ def test_gwet_ac1_hand_computed_three_categories():
     assert gwet_ac1(ratings) == pytest.approx(4 / 25, abs=1e-12)
 
 
-# Gwet (2008), Br J Math Stat Psychol 61:29-48, 2x2 "high agreement" table for 125 subjects:
-# both +: 118, A+ B-: 5, A- B+: 2, both -: 0.
+# A 2x2 "high agreement" table of the kind Gwet (2008) uses to show the kappa paradox
+# (125 subjects: both +: 118, A+ B-: 5, A- B+: 2, both -: 0). The values below are computed by
+# hand and match irrCAC (see test_agreement_vs_irrcac.py): AC1 0.94078.
 GWET_2008 = np.array([[1, 1]] * 118 + [[1, 0]] * 5 + [[0, 1]] * 2)
 
 
@@ -383,8 +384,6 @@ def test_gwet_2008_paradox_table():
     # AC1 = (0.944 - 0.054432) / (1 - 0.054432) = 0.94078 (Gwet's AC1 ~ 0.941 for this table).
     # Cohen: p_e = 0.984*0.96 + 0.016*0.04 = 0.94528, kappa = -0.00128/0.05472 = -0.02339.
     # Scott's pi / Fleiss (pooled marginals): p_e = 0.972^2 + 0.028^2, pi = -0.02880.
-    # Note: the brief quoted kappa ~ -0.0326 and AC1 ~ 0.9434; no 2x2 table of 125 items gives
-    # both, and the stated counts give the values above under the stated formula.
     assert gwet_ac1(GWET_2008) == pytest.approx(0.9408, abs=0.0005)
     assert gwet_ac1(GWET_2008) == pytest.approx(_gwet_ac1_loop(GWET_2008.tolist()), abs=1e-12)
     assert cohens_kappa(a, b) == pytest.approx(cohen_kappa_score(a, b), abs=1e-12)
