@@ -34,7 +34,6 @@ from flat_protocol import PROMPT, make_echo  # noqa: E402
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage  # noqa: E402
 
 from biaslab.agents.ask import ask  # noqa: E402
-from biaslab.agents.context import CellContext  # noqa: E402
 from biaslab.agents.gateway import Gateway  # noqa: E402
 from biaslab.errors import ReplayMiss  # noqa: E402
 from biaslab.experiments.replay import strict_replay  # noqa: E402
@@ -188,9 +187,7 @@ def _time_ask(plan) -> float:
 
     async def loop():
         for cell in cells:
-            ctx = CellContext(cell_id=cell.id, seed=cell.seed, bindings=plan.bindings(cell.model),
-                              gateway=gateway, prompts=plan.prompts, condition=cell.condition,
-                              coords=cell.coords, options=plan.options)
+            ctx = plan.context(cell, gateway)
             await ask(ctx, "answer", {"item": cell.item}, prompt=PROMPT, parser=text_answer,
                       max_tokens=4)
 
@@ -207,9 +204,7 @@ def _time_graph(plan) -> float:
 
     async def loop():
         for cell in cells:
-            ctx = CellContext(cell_id=cell.id, seed=cell.seed, bindings=plan.bindings(cell.model),
-                              gateway=gateway, prompts=plan.prompts, condition=cell.condition,
-                              coords=cell.coords, options=plan.options)
+            ctx = plan.context(cell, gateway)
             state = plan.protocol.initial_state(cell.variant, cell.item, cell.seed, plan.options)
             async for _ in graphs[cell.variant].astream(state, context=ctx, stream_mode="updates"):
                 pass

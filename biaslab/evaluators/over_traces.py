@@ -18,7 +18,7 @@ from langgraph.graph import END, START, StateGraph
 
 from biaslab.agents.context import Bindings, CellContext
 from biaslab.agents.gateway import Gateway
-from biaslab.agents.providers import ModelSpec, parse_model
+from biaslab.agents.providers import parse_model
 from biaslab.errors import UserError
 from biaslab.evaluators.judges import judge_node
 from biaslab.experiments.runner import shared_cache_path

@@ -15,7 +15,8 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel
 
-from biaslab.agents.context import Bindings
+from biaslab.agents.context import Bindings, CellContext
+from biaslab.agents.gateway import Gateway
 from biaslab.agents.providers import ModelSpec, parse_model
 from biaslab.errors import UserError
 from biaslab.experiments.spec import ExperimentSpec
@@ -63,6 +64,12 @@ class Plan:
 
     def bindings(self, model: ModelSpec) -> Bindings:
         return Bindings(model=model, node_models=self.node_models, node_prompts=self.node_prompts)
+
+    def context(self, cell: "Cell", gateway: Gateway) -> CellContext:
+        """The run context one cell's nodes see."""
+        return CellContext(cell_id=cell.id, seed=cell.seed, bindings=self.bindings(cell.model),
+                           gateway=gateway, prompts=self.prompts, condition=cell.condition,
+                           coords=cell.coords, options=self.options)
 
     def cells(self) -> Iterator[Cell]:
         """Cells in a cache-friendly order: each clean arm runs before its exposed arms."""

@@ -17,7 +17,6 @@ from typing import Callable, Sequence
 
 import tomli_w
 
-from biaslab.agents.context import CellContext
 from biaslab.agents.gateway import Gateway, ReplayMode, RetryPolicy, RunCounters
 from biaslab.errors import ReplayMiss, UserError
 from biaslab.experiments.plan import Cell, Plan
@@ -125,9 +124,7 @@ class _Progress:
 
 
 async def _run_cell(plan: Plan, cell: Cell, graph, gateway: Gateway, store: RunStore) -> bool:
-    ctx = CellContext(cell_id=cell.id, seed=cell.seed, bindings=plan.bindings(cell.model),
-                      gateway=gateway, prompts=plan.prompts, condition=cell.condition,
-                      coords=cell.coords, options=plan.options)
+    ctx = plan.context(cell, gateway)
     store.start_cell(cell.id, cell.ord, cell.coords)
     outputs: list[tuple[str, object]] = []
     try:

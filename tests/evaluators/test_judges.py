@@ -2,9 +2,7 @@
 
 import asyncio
 import json
-import re
 
-import pytest
 
 from biaslab.agents.context import Bindings, CellContext
 from biaslab.agents.gateway import Gateway

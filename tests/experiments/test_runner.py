@@ -1,6 +1,5 @@
 """The runner's promises: no call paid twice, exact replay, counterfactuals, resume, faults."""
 
-import asyncio
 import os
 import signal
 import sqlite3

@@ -3,7 +3,6 @@
 import re
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from biaslab.agents.parsers import ParseError, probability_list
