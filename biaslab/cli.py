@@ -15,7 +15,8 @@ __all__ = ["main"]
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not a usage dump
-        raise UserError(f"{self.prog}: {message}")
+        command = self.prog.removeprefix("biaslab").strip()
+        raise UserError(f"{command}: {message}" if command else message)
 
 
 def _default_out(spec_name: str, scale: str) -> Path:
