@@ -14,6 +14,7 @@ from biaslab.evaluators.amplification import (
     condition_metrics,
     direction_asymmetry,
     favor_bias_strength,
+    pooled_fbs,
     fbs_bootstrap,
     superadditivity,
 )
@@ -406,3 +407,45 @@ def test_write_tables_and_plots(tmp_path, synth):
         assert png in figs and svg in figs
         assert png.stat().st_size > 1000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert svg.stat().st_size > 0
+
+
+def _seed_runs(sex, y, clean, seeds_and_flips, favored=0):
+    cand = np.flatnonzero((sex == favored) & (clean == 1))
+    runs = []
+    for seed, k in seeds_and_flips:
+        runs.append(make_run(clean, sex=sex, y_true=y, seed=seed))
+        runs.append(make_run(flip_favored_failures(clean, sex, favored, cand[:k]), sex=sex,
+                             y_true=y, seed=seed, target="prediction", direction="pro_female"))
+    return pd.concat(runs)
+
+
+def test_pooled_fbs_one_seed_matches_the_paired_bootstrap(synth):
+    sex, y, clean = synth
+    frame = _seed_runs(sex, y, clean, [(0, 30)])
+    pooled = pooled_fbs(frame, n_resamples=4000, random_state=1).iloc[0]
+    per = fbs_bootstrap(clean, frame[frame["target"] != "none"]["p_final"].ge(0.5).astype(int),
+                        sex, favored=0, n_resamples=4000, random_state=2)["fbs"]
+    assert pooled["n_seeds_pooled"] == 1
+    assert pooled["fbs_pooled"] == pytest.approx(per.estimate)
+    # two independent Monte Carlo estimates of the same sampling distribution
+    assert pooled["fbs_pooled_std"] == pytest.approx(per.std, rel=0.1)
+    assert pooled["fbs_pooled_ci_low"] == pytest.approx(per.ci_low, abs=0.02)
+
+
+def test_pooled_fbs_averages_seeds_and_narrows_with_replicates(synth):
+    sex, y, clean = synth
+    one = pooled_fbs(_seed_runs(sex, y, clean, [(0, 30)]), n_resamples=4000).iloc[0]
+    two = pooled_fbs(_seed_runs(sex, y, clean, [(0, 30), (1, 10)]), n_resamples=4000).iloc[0]
+    per_seed = condition_metrics(_seed_runs(sex, y, clean, [(0, 30), (1, 10)]), n_resamples=200)
+    assert two["n_seeds_pooled"] == 2
+    assert two["fbs_pooled"] == pytest.approx(per_seed.dropna(subset=["fbs"])["fbs"].mean())
+    same = pooled_fbs(_seed_runs(sex, y, clean, [(0, 30), (1, 30)]), n_resamples=4000).iloc[0]
+    assert same["fbs_pooled"] == pytest.approx(one["fbs_pooled"])
+    assert same["fbs_pooled_std"] == pytest.approx(one["fbs_pooled_std"] / np.sqrt(2), rel=0.12)
+    assert same["fbs_pooled_ci_low"] > 0
+
+
+def test_pooled_fbs_is_zero_without_change(synth):
+    sex, y, clean = synth
+    row = pooled_fbs(_seed_runs(sex, y, clean, [(0, 0), (1, 0)]), n_resamples=500).iloc[0]
+    assert row["fbs_pooled"] == 0 and row["fbs_pooled_std"] == 0

@@ -288,7 +288,8 @@ def ml_anchor(store, options) -> pd.DataFrame:
 def write_report(store, run_dir: str | Path, options) -> list[Path]:
     """Every table and figure of an amplification run, from its store alone."""
     from biaslab.datasets import load_student
-    from biaslab.evaluators.amplification import (condition_metrics, direction_asymmetry,
+    from biaslab.evaluators.amplification import (AGGREGATE_KEYS, condition_metrics,
+                                                  direction_asymmetry, pooled_fbs,
                                                   superadditivity)
 
     run_dir = Path(run_dir)
@@ -300,6 +301,8 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
     predictions.to_csv(tables / "predictions.csv", index=False)
     metrics = condition_metrics(predictions, n_resamples=options.n_resamples)
     aggregated = aggregate_over_seeds(metrics)
+    pooled = pooled_fbs(predictions, n_resamples=options.n_resamples)
+    aggregated = aggregated.merge(pooled, on=AGGREGATE_KEYS, how="left")
     superadd = superadditivity(predictions, n_resamples=options.n_resamples)
     written = list(write_tables(metrics, aggregated, superadd, run_dir).values())
     base = {}
