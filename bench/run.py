@@ -214,22 +214,30 @@ def _time_graph(plan) -> float:
     return time.perf_counter() - started
 
 
-def bench_overhead(rep: Report, scratch: B.Scratch) -> None:
-    rep.section("[3] runner overhead per call: zero-latency scripted models, conc=1")
-    # (a) one-node protocol: isolates gateway + ask + LangGraph + store
-    plan = B.flat_plan(150)  # 300 cells, one call each
-    B.timed_run(plan, scratch.new("warm"), concurrency=1)
-    full, bare, gw, ak, gr = [], [], [], [], []
-    calls = records = None
+def _timed_runs(plan, scratch: B.Scratch, label: str):
+    """REPEATS whole runs at concurrency 1: their times, and the first run's trace (call
+    records and LangChain messages) to replay against the bare model."""
+    times, records, calls, result = [], None, None, None
     for _ in range(B.REPEATS):
-        run_dir = scratch.new("flat")
-        s, result = B.timed_run(plan, run_dir, concurrency=1)
-        full.append(s)
+        run_dir = scratch.new(label)
+        seconds, result = B.timed_run(plan, run_dir, concurrency=1)
+        times.append(seconds)
         if calls is None:
             store = RunStore(run_dir, readonly=True)
             records = list(store.iter_calls())
             calls = _lc_calls(store)
             store.close()
+    return times, records, calls, result
+
+
+def bench_overhead(rep: Report, scratch: B.Scratch) -> None:
+    rep.section("[3] runner overhead per call: zero-latency scripted models, conc=1")
+    # (a) one-node protocol: isolates gateway + ask + LangGraph + store
+    plan = B.flat_plan(150)  # 300 cells, one call each
+    B.timed_run(plan, scratch.new("warm"), concurrency=1)
+    full, records, calls, _ = _timed_runs(plan, scratch, "flat")
+    bare, gw, ak, gr = [], [], [], []
+    for _ in range(B.REPEATS):
         bare.append(_time_bare(make_echo, calls))
         gw.append(_time_gateway(plan, records))
         ak.append(_time_ask(plan))
@@ -251,17 +259,8 @@ def bench_overhead(rep: Report, scratch: B.Scratch) -> None:
             "small vs a real model call (>= 100 ms)")
     # (b) the amplification grid
     amp = B.amplification_plan(B.FAST_AGENT)
-    full_a, bare_a = [], []
-    calls_a = None
-    for _ in range(B.REPEATS):
-        run_dir = scratch.new("amp")
-        s, result = B.timed_run(amp, run_dir, concurrency=1)
-        full_a.append(s)
-        if calls_a is None:
-            store = RunStore(run_dir, readonly=True)
-            calls_a = _lc_calls(store)
-            store.close()
-        bare_a.append(_time_bare(B.synthetic.make_agent, calls_a))
+    full_a, _, calls_a, result = _timed_runs(amp, scratch, "amp")
+    bare_a = [_time_bare(B.synthetic.make_agent, calls_a) for _ in range(B.REPEATS)]
     na = len(calls_a)
     pa_full, pa_bare = B.median(full_a) / na * 1e3, B.median(bare_a) / na * 1e3
     rep.note(f"amplification grid, {na} call records ({result.counters.model_calls} reach the "

@@ -21,6 +21,7 @@ from biaslab.agents.gateway import Gateway, ReplayMode, RetryPolicy, RunCounters
 from biaslab.errors import ReplayMiss, UserError
 from biaslab.experiments.plan import Cell, Plan
 from biaslab.traces.cache import CallCache
+from biaslab.traces.records import SCHEMA_VERSION
 from biaslab.traces.store import RunStore
 
 __all__ = ["run_plan", "RunResult", "shared_cache_path", "write_resolved_spec"]
@@ -175,7 +176,7 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
     if not recorded:
         store.set_meta(spec_name=plan.spec.name, protocol=plan.protocol.name,
                        scale=plan.spec.scale_applied, created=time.time(),
-                       fingerprint=fingerprint)
+                       fingerprint=fingerprint, schema_version=SCHEMA_VERSION)
     write_resolved_spec(plan, run_dir)
     reset = store.reset_unfinished() if resume else 0
     caches: list[CallCache] = [store.cache]

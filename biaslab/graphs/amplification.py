@@ -66,9 +66,7 @@ class AmplificationState(TypedDict, total=False):
     record_ids: list[int]
     explanation: str | None
     p_llm: list[float | None]
-    llm_status: list[str]
     p_ml: list[float]
-    ml_quality: dict[str, float | None]
     p_judge: dict[str, float | None]
     predictions: list[dict[str, Any]]
 
@@ -131,7 +129,7 @@ async def prediction(state: AmplificationState, runtime: Runtime[CellContext]) -
     prompt = PREDICT_WITH_EXPLANATION if state.get("explanation") else PREDICT_PROMPT
     size = opts.batch_size
 
-    async def one_batch(start: int) -> list[tuple[float | None, str]]:
+    async def one_batch(start: int) -> list[float | None]:
         batch = split.test.iloc[start:start + size]
         slots = {"records": student.records_table(batch, split.feature_columns),
                  "n": len(batch), "explanation": state.get("explanation")}
@@ -141,26 +139,20 @@ async def prediction(state: AmplificationState, runtime: Runtime[CellContext]) -
                            item=f"batch-{start // size}", max_tokens=12 + 6 * len(batch))
         if answer.error:  # transport failure after retries: the cell fails and --resume retries it
             raise CallFailed(f"prediction batch {start // size}: {answer.error}")
-        if answer.ok:
-            return [(p, "ok") for p in answer.value]
-        return [(None, "parse_failure")] * len(batch)
+        return list(answer.value) if answer.ok else [None] * len(batch)  # parse failure
 
     batches = await asyncio.gather(*(one_batch(s) for s in range(0, len(split.test), size)))
-    pairs = [pair for batch in batches for pair in batch]
-    return {"p_llm": [p for p, _ in pairs], "llm_status": [status for _, status in pairs]}
+    return {"p_llm": [p for batch in batches for p in batch]}
 
 
 async def ml(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
     ctx = runtime.context
     key = _key(ctx)
 
-    def work():
-        model = _ml(*key)
-        split = _split(*key)
-        return [float(p) for p in model.predict_proba(split.test)], model.evaluate(split)
+    def work():  # its accuracy and AUC are reported once per dataset and seed (ml_anchor.csv)
+        return [float(p) for p in _ml(*key).predict_proba(_split(*key).test)]
 
-    probs, quality = await asyncio.to_thread(work)
-    return {"p_ml": probs, "ml_quality": quality}
+    return {"p_ml": await asyncio.to_thread(work)}
 
 
 def _disagreements(state: AmplificationState) -> list[int]:
@@ -221,7 +213,7 @@ def finalize(state: AmplificationState) -> dict:
         row = {"record_id": rid, "p_llm": p_llm, "p_ml": p_ml[i] if p_ml else None,
                "disagree": False}
         if p_llm is None:
-            row.update(p_final=None, decided_by=state["llm_status"][i])
+            row.update(p_final=None, decided_by="parse_failure")
         elif p_ml is None:
             row.update(p_final=p_llm, decided_by="llm")
         elif (p_llm >= 0.5) == (p_ml[i] >= 0.5):

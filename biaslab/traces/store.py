@@ -17,7 +17,7 @@ from typing import Any, Iterable, Iterator
 import pandas as pd
 
 from biaslab.traces.cache import CallCache
-from biaslab.traces.records import SCHEMA_VERSION, CallRecord
+from biaslab.traces.records import CallRecord
 
 __all__ = ["RunStore", "STORE_FILE"]
 
@@ -212,10 +212,6 @@ class RunStore:
                 frame.to_json(path, orient="records", lines=True, force_ascii=False)
             written.append(path)
         return written
-
-    @staticmethod
-    def schema_version() -> int:
-        return SCHEMA_VERSION
 
 
 class _ReadOnlyCache(CallCache):
