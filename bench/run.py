@@ -199,7 +199,7 @@ def _time_ask(plan) -> float:
 def _time_graph(plan) -> float:
     """The compiled LangGraph graph per cell (astream, as the runner does), without the store."""
     gateway = Gateway(caches=(), concurrency=1)
-    graphs = {v: plan.protocol.build(v).compile() for v in plan.protocol.variants(plan.options)}
+    graphs = {v: plan.compile(v) for v in plan.protocol.variants(plan.options)}
     cells = list(plan.cells())
 
     async def loop():

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
+import os
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -25,21 +28,26 @@ def _default_out(spec_name: str, scale: str) -> Path:
 
 def cmd_run(args) -> int:
     from biaslab.experiments.plan import make_plan
+    from biaslab.experiments.reports import write_reports
     from biaslab.experiments.runner import run_plan
     from biaslab.experiments.spec import load_spec
     from biaslab.traces.store import RunStore
 
-    spec = load_spec(args.spec, scale=args.scale)
-    plan = make_plan(spec, models=[args.model] if args.model else None)
-    out = Path(args.out) if args.out else _default_out(spec.name, spec.scale_applied)
+    if Path(args.spec).is_dir():  # a run directory: continue it from its recorded spec
+        plan, out = _recorded_run(args)
+    else:
+        spec = load_spec(args.spec, scale=args.scale)
+        plan = make_plan(spec, models=[args.model] if args.model else None)
+        out = Path(args.out) if args.out else _default_out(spec.name, spec.scale_applied)
+    resume_hint = f"biaslab run --resume {out}"
     print(f"biaslab: {plan.n_cells()} cells → {out}", file=sys.stderr)
     try:
         result = asyncio.run(run_plan(plan, out, resume=args.resume, concurrency=args.concurrency,
                                       use_shared_cache=not args.no_cache,
                                       progress=not args.quiet))
     except KeyboardInterrupt:
-        print(f"interrupted; finished cells are kept. Continue with: biaslab run {args.spec} "
-              f"--out {out} --resume", file=sys.stderr)
+        print(f"interrupted; finished cells are kept. Continue with: {resume_hint}",
+              file=sys.stderr)
         return 130
     print(result.summary(), file=sys.stderr)
     if result.cells_failed:
@@ -48,27 +56,67 @@ def cmd_run(args) -> int:
         store.close()
         for _, cell in failed.head(3).iterrows():
             print(f"  failed: {cell['cell_id']}: {cell['error']}", file=sys.stderr)
-        print(f"  fix the cause, then: biaslab run {args.spec} --out {out} --resume",
-              file=sys.stderr)
+        print(f"  fix the cause, then: {resume_hint}", file=sys.stderr)
     if result.interrupted:
-        print(f"continue with: biaslab run {args.spec} --out {out} --resume", file=sys.stderr)
+        print(f"continue with: {resume_hint}", file=sys.stderr)
         return 130
     if not args.no_report:
         store = RunStore(out, readonly=True)
         try:
-            written = plan.protocol.report(store, out, plan.options)
+            written = write_reports(plan, store, out)
         finally:
             store.close()
         for path in written:
             print(f"  wrote {path}")
+        _print_headline(plan.protocol, out)
     return 1 if result.cells_failed else 0
 
 
+def _print_headline(proto, run_dir) -> None:
+    """The protocol's headline table (e.g. amplification's Table 1) as a rich table."""
+    frame = proto.headline(Path(run_dir))
+    if frame is None or frame.empty:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=sys.stdout)
+    if not console.is_terminal:  # a file or pipe gets whole rows, not wrapped cells
+        console.width = 10_000
+    table = Table(title=frame.attrs.get("title"), title_justify="left")
+    for col in frame.columns:
+        table.add_column(str(col), no_wrap=True)
+    for row in frame.itertuples(index=False, name=None):
+        table.add_row(*("" if v is None else str(v) for v in row))
+    console.print(table)
+
+
+def _recorded_run(args):
+    """``biaslab run --resume RUN_DIR``: the plan a run directory was made with, from its
+    spec.toml alone (scale, models and endpoints included), so no flag has to be repeated."""
+    from biaslab.experiments.replay import load_run_plan, open_run
+
+    run_dir = Path(args.spec)
+    if not args.resume:
+        raise UserError(f"{run_dir} is a directory; to continue the run in it: "
+                        f"biaslab run --resume {run_dir}")
+    for flag, value in (("--scale", args.scale), ("--model", args.model)):
+        if value:
+            raise UserError(f"{flag} cannot change a recorded run; "
+                            f"biaslab run --resume {run_dir} continues it as it was made")
+    if args.out and Path(args.out).resolve() != run_dir.resolve():
+        raise UserError(f"--out {args.out} differs from the run directory {run_dir}; a resumed "
+                        "run continues in its own directory")
+    open_run(run_dir).close()  # one line if it is not a readable run
+    return load_run_plan(run_dir), run_dir
+
+
 def cmd_report(args) -> int:
-    from biaslab.experiments.replay import rescore
+    from biaslab.experiments.replay import load_run_plan, rescore
 
     for path in rescore(args.run_dir):
         print(f"wrote {path}")
+    _print_headline(load_run_plan(args.run_dir, check_keys=False).protocol, args.run_dir)
     return 0
 
 
@@ -83,8 +131,13 @@ def cmd_replay(args) -> int:
         return 0
     out = Path(args.out) if args.out else Path(f"{args.run_dir.rstrip('/')}-{args.mode}")
     if args.mode == "strict":
-        result, diff = replay.strict_replay(args.run_dir, out, progress=not args.quiet)
+        result, diff = replay.strict_replay(args.run_dir, out, progress=not args.quiet,
+                                            resume=args.resume, concurrency=args.concurrency)
         print(result.summary(), file=sys.stderr)
+        if result.interrupted:
+            print(f"continue with: biaslab replay {args.run_dir} --mode strict --out {out} "
+                  "--resume", file=sys.stderr)
+            return 130
         if diff.identical:
             print(f"strict replay: {diff.compared} node outputs identical, "
                   f"{result.counters.model_calls} model calls")
@@ -92,16 +145,26 @@ def cmd_replay(args) -> int:
         print(f"strict replay: {len(diff.different)} outputs differ, {len(diff.missing)} missing "
               f"(first: {(diff.different or diff.missing)[0]})")
         return 1
-    if not args.node and not (args.directions or args.targets):
-        raise UserError("replay --mode counterfactual needs --node with --prompt or --model, "
-                        "or --directions/--targets")
-    result = replay.counterfactual(args.run_dir, out, node=args.node or "", prompt=args.prompt,
-                                   model=args.model, directions=args.directions,
-                                   targets=args.targets, progress=not args.quiet)
-    print(result.summary(), file=sys.stderr)
-    print(f"counterfactual run in {out}: {result.counters.model_calls} model calls, "
-          f"{result.counters.cache_hits} answered from the trace or cache")
-    return 1 if result.cells_failed else 0
+    changes = (args.prompt, args.model, args.directions, args.targets, args.position,
+               args.template, args.overrides)
+    if not any(changes):
+        raise UserError("replay --mode counterfactual needs a change: --node with --prompt or "
+                        "--model, or --directions, --targets, --position, --template, --overrides")
+    done = replay.counterfactual(args.run_dir, out, node=args.node or "", prompt=args.prompt,
+                                 model=args.model, directions=args.directions,
+                                 targets=args.targets, position=args.position,
+                                 template=args.template, overrides=args.overrides,
+                                 resume=args.resume, concurrency=args.concurrency,
+                                 use_shared_cache=not args.no_cache, progress=not args.quiet)
+    print(done.summary(), file=sys.stderr)
+    print(f"counterfactual run in {out}: {done.counters.model_calls} model calls, "
+          f"{done.counters.cache_hits} answered from the trace or cache")
+    if done.run.interrupted:
+        print(f"continue with the same flags and --out {out} --resume", file=sys.stderr)
+        return 130
+    for path in [*done.tables, *done.comparison]:
+        print(f"wrote {path}")
+    return 1 if done.cells_failed else 0
 
 
 def _judge_traces(args) -> int:
@@ -121,11 +184,25 @@ def _judge_traces(args) -> int:
     return 0
 
 
-def cmd_graph(args) -> int:
-    from biaslab.graphs.registry import get_protocol
+def _protocol_from_arg(name_or_spec: str, plugins: list[str] | None):
+    """A protocol named on the command line, or the one a spec file names (with its plugins)."""
+    from biaslab.experiments.spec import load_spec
+    from biaslab.graphs.registry import get_protocol, load_plugin
 
-    proto = get_protocol(args.protocol)
-    variants = proto.variants(proto.Options())
+    for plugin in plugins or []:
+        load_plugin(plugin)
+    if name_or_spec.endswith(".toml"):
+        spec = load_spec(name_or_spec)
+        for plugin in spec.plugins:
+            load_plugin(plugin)
+        return get_protocol(spec.protocol), spec.options
+    return get_protocol(name_or_spec), {}
+
+
+def cmd_graph(args) -> int:
+    proto, raw_options = _protocol_from_arg(args.protocol, args.plugins)
+    options = proto.parse_options(raw_options)
+    variants = proto.variants(options)
     chosen = [args.variant] if args.variant else variants
     for variant in chosen:
         if variant not in variants:
@@ -133,7 +210,28 @@ def cmd_graph(args) -> int:
                             f"(variants: {', '.join(variants)})")
         if len(chosen) > 1:
             print(f"%% {args.protocol} {variant}")
-        print(proto.build(variant).compile().get_graph().draw_mermaid())
+        print(proto.build(variant, options).compile().get_graph().draw_mermaid())
+    return 0
+
+
+def cmd_protocols(args) -> int:
+    from biaslab.graphs.registry import get_protocol, list_protocols, load_plugin, protocol_origin
+
+    for plugin in args.plugins or []:
+        load_plugin(plugin)
+    if args.spec:
+        _protocol_from_arg(args.spec, None)
+    for name in list_protocols():
+        proto = get_protocol(name)
+        origin = protocol_origin(proto)
+        where = "built in" if origin["builtin"] else (origin["file"] or origin["module"])
+        print(f"{name}  ({where})")
+        options = proto.Options()
+        for variant in proto.variants(options):
+            nodes = ", ".join(n.name for n in proto.llm_nodes(variant, options)) or "-"
+            print(f"  {variant}: LLM nodes {nodes}")
+        if proto.directions:
+            print(f"  directions: {', '.join(proto.directions)}")
     return 0
 
 
@@ -159,39 +257,49 @@ def cmd_prompts(args) -> int:
 
 def cmd_estimate(args) -> int:
     from biaslab.experiments.plan import make_plan
-    from biaslab.experiments.spec import load_spec
+    from biaslab.experiments.spec import load_spec, read_spec_scales
+    from biaslab.graphs.registry import Protocol
 
-    spec = load_spec(args.spec, scale=args.scale)
-    plan = make_plan(spec, models=[args.model] if args.model else None, check_keys=False)
-    cells = calls = tokens = 0
-    per_variant = {}
-    for cell in plan.cells():
-        est = plan.protocol.estimate(cell.variant, cell.item, plan.options)
-        cells += 1
-        calls += est["calls"]
-        tokens += est["tokens"]
-        v = per_variant.setdefault(cell.variant, [0, 0, 0])
-        v[0] += 1
-        v[1] += est["calls"]
-        v[2] += est["tokens"]
-    report = {"spec": spec.name, "scale": spec.scale_applied, "cells": cells,
-              "calls_upper_bound": int(calls), "tokens_upper_bound": int(tokens),
-              "by_variant": {k: {"cells": a, "calls": int(b), "tokens": int(c)}
-                             for k, (a, b, c) in per_variant.items()}}
+    scales = [args.scale] if args.scale else ["paper", *read_spec_scales(args.spec)]
+    reports = []
+    for scale in scales:
+        spec = load_spec(args.spec, scale=scale)
+        plan = make_plan(spec, models=[args.model] if args.model else None, check_keys=False)
+        generic = type(plan.protocol).estimate is Protocol.estimate
+        memo: dict = {}
+        per_variant: dict[str, list[float]] = {}
+        for cell in plan.cells():
+            key = cell.variant if generic else (cell.variant, cell.item)
+            if key not in memo:
+                memo[key] = plan.protocol.estimate(cell.variant, cell.item, plan.options)
+            est = memo[key]
+            v = per_variant.setdefault(cell.variant, [0, 0.0, 0.0])
+            v[0] += 1
+            v[1] += est["calls"]
+            v[2] += est["tokens"]
+        reports.append({"spec": spec.name, "scale": spec.scale_applied,
+                        "cells": sum(v[0] for v in per_variant.values()),
+                        "calls_estimate": round(sum(v[1] for v in per_variant.values())),
+                        "tokens_estimate": round(sum(v[2] for v in per_variant.values())),
+                        "by_variant": {k: {"cells": a, "calls": round(b), "tokens": round(c)}
+                                       for k, (a, b, c) in per_variant.items()}})
     if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(f"{spec.name} ({spec.scale_applied}): {cells} cells, at most {int(calls)} model "
-              f"calls and {int(tokens)} tokens (before cache hits)")
-        for k, (a, b, c) in per_variant.items():
-            print(f"  {k}: {a} cells, ≤{int(b)} calls, ≤{int(c)} tokens")
+        print(json.dumps(reports[0] if args.scale else reports, indent=2))
+        return 0
+    for report in reports:
+        print(f"{report['spec']} ({report['scale']}): {report['cells']} cells, about "
+              f"{report['calls_estimate']:,} model calls and {report['tokens_estimate']:,} "
+              "tokens")
+        for k, v in report["by_variant"].items():
+            print(f"  {k}: {v['cells']} cells, ~{v['calls']:,} calls, ~{v['tokens']:,} tokens")
+    print("These are estimates of a fresh run (no re-asks, no cache hits), not bounds.")
     return 0
 
 
 def cmd_export(args) -> int:
-    from biaslab.experiments.replay import _open_source
+    from biaslab.experiments.replay import open_run
 
-    store = _open_source(args.run_dir)
+    store = open_run(args.run_dir)
     try:
         for path in store.export(Path(args.run_dir) / "export", fmt=args.format):
             print(f"wrote {path}")
@@ -205,9 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     r = sub.add_parser("run", help="run an experiment spec")
-    r.add_argument("spec")
+    r.add_argument("spec", help="a spec file, or with --resume a run directory")
     r.add_argument("--model", help="replace the spec's model axis with this one model")
-    r.add_argument("--scale", default="paper", help="a [scale.NAME] of the spec (smoke|paper)")
+    r.add_argument("--scale", help="a [scale.NAME] of the spec (smoke|paper; default paper)")
     r.add_argument("--out", help="run directory (default runs/<name>-<scale>)")
     r.add_argument("--resume", action="store_true", help="continue a run; done cells are kept")
     r.add_argument("--concurrency", type=int, help="maximum model calls in flight")
@@ -225,10 +333,25 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--mode", required=True, choices=["rescore", "strict", "counterfactual"])
     rp.add_argument("--out", help="directory for the replayed run")
     rp.add_argument("--node", help="counterfactual: the node to change")
-    rp.add_argument("--prompt", help="counterfactual: the node's new prompt")
+    rp.add_argument("--prompt", help="counterfactual: the node's new prompt (id, id@variant, "
+                                     "a .toml file, or @variant of the node's own prompts)")
     rp.add_argument("--model", help="counterfactual: the node's new model")
     rp.add_argument("--directions", nargs="+", help="counterfactual: exposure directions")
-    rp.add_argument("--targets", nargs="+", help="counterfactual: exposure targets (a+b ...)")
+    rp.add_argument("--targets", nargs="+",
+                    help="counterfactual: exposure targets: all, singletons, each_and_all, or "
+                         "a list like prediction explanation+prediction")
+    rp.add_argument("--position", choices=["system-append", "system-replace", "user-prefix",
+                                           "user-suffix"],
+                    help="counterfactual: where the exposure text goes")
+    rp.add_argument("--template", help="counterfactual: the exposure template "
+                                       "(e.g. exposures/covert_favor)")
+    rp.add_argument("--overrides", nargs="+", metavar="DIR",
+                    help="counterfactual: prompt directories that shadow the run's prompts")
+    rp.add_argument("--resume", action="store_true",
+                    help="continue an interrupted replay in --out")
+    rp.add_argument("--concurrency", type=int, help="maximum model calls in flight")
+    rp.add_argument("--no-cache", action="store_true",
+                    help="counterfactual: do not use the cross-run cache")
     rp.add_argument("--judge-node", help="rescore: judge this node's recorded answers")
     rp.add_argument("--judge-prompt", default="evaluators/group_tilt",
                     help="rescore: the judge's prompt (default evaluators/group_tilt)")
@@ -240,9 +363,15 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(func=cmd_replay)
 
     g = sub.add_parser("graph", help="print a protocol's Mermaid diagram")
-    g.add_argument("protocol")
+    g.add_argument("protocol", help="a protocol name, or a spec file (.toml) naming one")
     g.add_argument("--variant", help="one variant only (e.g. E2)")
+    g.add_argument("--plugins", nargs="+", help="protocol files (.py) or modules to load first")
     g.set_defaults(func=cmd_graph)
+
+    pl = sub.add_parser("protocols", help="list protocols with their variants and LLM nodes")
+    pl.add_argument("--plugins", nargs="+", help="protocol files (.py) or modules to load first")
+    pl.add_argument("--spec", help="also load the protocol (and plugins) a spec names")
+    pl.set_defaults(func=cmd_protocols)
 
     pr = sub.add_parser("prompts", help="list or show prompt templates")
     pr.add_argument("action", choices=["list", "show"])
@@ -252,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("estimate", help="cells, calls and tokens before anything runs")
     e.add_argument("spec")
-    e.add_argument("--scale", default="paper")
+    e.add_argument("--scale", help="one scale (default: paper and every [scale.NAME])")
     e.add_argument("--model")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_estimate)
@@ -269,10 +398,27 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if getattr(args, "concurrency", None) is not None and args.concurrency < 1:
             raise UserError(f"--concurrency must be at least 1, got {args.concurrency}")
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a reader that went away shows here, not at interpreter exit
+        return code
     except UserError as exc:
         print(f"biaslab: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `biaslab graph ... | head`: the reader has what it wanted
+        _drop_stdout()
+        return 141  # 128 + SIGPIPE, what the shell reports for a command cut off by a pipe
+    except sqlite3.DatabaseError as exc:  # a store that no earlier check opened
+        print(f"biaslab: error: a run store could not be read ({exc})", file=sys.stderr)
+        return 2
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null so that Python's own flush at exit does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
 
 
 if __name__ == "__main__":

@@ -28,15 +28,18 @@ def test_graph_prints_mermaid_for_each_pipeline(capsys):
 
 
 def test_estimate_on_the_sample_specs(capsys):
-    code, out, _ = run_cli(capsys, "estimate", MATH, "--json")
+    code, out, _ = run_cli(capsys, "estimate", MATH, "--scale", "paper", "--json")
     paper = json.loads(out)
     # 5 models x 3 seeds x (E0: 1+2, E1: 1+6, E2: 1+14) cells
     assert code == 0 and paper["cells"] == 5 * 3 * (3 + 7 + 15)
     assert paper["by_variant"]["E2"]["cells"] == 5 * 3 * 15
     code, out, _ = run_cli(capsys, "estimate", MATH, "--scale", "smoke", "--json")
     smoke = json.loads(out)
-    assert code == 0 and 0 < smoke["calls_upper_bound"] < paper["calls_upper_bound"]
+    assert code == 0 and 0 < smoke["calls_estimate"] < paper["calls_estimate"]
     assert smoke["cells"] == 3 + 7 + 9  # one model, one seed, each-and-all targets
+    code, out, _ = run_cli(capsys, "estimate", MATH, "--json")  # every scale at once
+    assert [r["scale"] for r in json.loads(out)] == ["paper", "smoke"]
+    assert json.loads(out)[1] == smoke
 
 
 def test_prompts_list_and_show(capsys):
@@ -163,3 +166,144 @@ def test_spec_paths_are_relative_to_the_spec_file(tmp_path, capsys, monkeypatch)
     code, _, err = run_cli(capsys, "run", spec, "--out", str(tmp_path / "o"), "--quiet")
     assert code == 0, err
     assert str(tmp_path / "p" / "judge.toml") in (tmp_path / "o" / "spec.toml").read_text()
+
+
+# -- defects found when tried as a new user would ----------------------------------------------
+SMALL = (GOOD + '[run]\nseeds = [42]\nretry_base_s = 0.0\n[conditions]\ndirections = ["pro_male"]\n'
+         'targets = "singletons"\n[options]\npipelines = ["E0"]\nmax_test = 10\nn_resamples = 200\n')
+
+
+def one_line(code, err):
+    """Exit 2, and the error is one line (after at most the run's own banner line)."""
+    lines = err.splitlines()
+    return (code == 2 and "Traceback" not in err and len(lines) <= 2
+            and [line for line in lines if line.startswith("biaslab: error:")] == lines[-1:])
+
+
+def test_an_unusable_out_is_one_line(tmp_path, capsys):
+    spec = write(tmp_path, SMALL)
+    (tmp_path / "afile").write_text("x")
+    for out in (tmp_path / "afile" / "run", Path("/proc/biaslab-run")):
+        code, _, err = run_cli(capsys, "run", spec, "--out", str(out), "--quiet")
+        assert one_line(code, err) and "cannot use" in err and str(out) in err, err
+
+
+def test_a_corrupted_store_is_one_line_for_every_verb(tmp_path, capsys):
+    spec = write(tmp_path, SMALL)
+    out = tmp_path / "run"
+    code, _, err = run_cli(capsys, "run", spec, "--out", str(out), "--quiet", "--no-report")
+    assert code == 0, err
+    (out / "run.sqlite").write_bytes(b"this is not a database" * 100)
+    for name in ("run.sqlite-wal", "run.sqlite-shm"):
+        (out / name).unlink(missing_ok=True)
+    for args in (["report", out], ["replay", out, "--mode", "rescore"],
+                 ["replay", out, "--mode", "strict", "--out", tmp_path / "s"],
+                 ["replay", out, "--mode", "counterfactual", "--targets", "all", "--out",
+                  tmp_path / "c"],
+                 ["export", out], ["run", "--resume", out], ["run", spec, "--out", out,
+                                                             "--resume"]):
+        code, _, err = run_cli(capsys, *map(str, args))
+        assert one_line(code, err) and "not a readable biaslab run store" in err, (args, err)
+    assert not (tmp_path / "s").exists() and not (tmp_path / "c").exists()
+
+
+def test_broken_pipe_exits_quietly(monkeypatch, capsys):
+    class Closed:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("sys.stdout", Closed())
+    assert main(["graph", "amplification"]) == 141
+    monkeypatch.undo()
+    assert capsys.readouterr().err == ""
+
+
+def test_broken_pipe_through_a_real_pipe_has_no_traceback():
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "biaslab", "graph", "amplification"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    proc.stdout.close()  # the reader is gone before the first line is written (like `| head`)
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert proc.returncode == 141
+
+
+def test_resume_from_the_run_directory_alone(tmp_path, capsys):
+    """The hint printed after a failure is a command that works as printed."""
+    from biaslab.agents.providers.scripted import Fault, register_scripted
+    from biaslab.graphs.amplification_synthetic import make_agent
+
+    once = Fault("400", times=1, match="OUTPUT: \\[p1")
+
+    def flaky():
+        agent = make_agent()
+        agent.faults = [once]
+        return agent
+
+    register_scripted("cli-flaky", flaky)
+    spec = write(tmp_path, SMALL.replace('targets = "singletons"', 'targets = "all"') +
+                 '[scale.tiny.options]\nmax_test = 6\n')
+    out = tmp_path / "run"
+    code, _, err = run_cli(capsys, "run", spec, "--scale", "tiny", "--model", "scripted:cli-flaky",
+                           "--out", str(out), "--quiet")
+    assert code == 1 and "failed" in err
+    hint = next(line for line in err.splitlines() if "fix the cause, then:" in line)
+    command = hint.split("then: ", 1)[1].split()
+    assert command == ["biaslab", "run", "--resume", str(out)]
+    code, _, err = run_cli(capsys, *command[1:], "--quiet")
+    assert code == 0, err
+    assert "1 cells run, 1 already done, 0 failed" in err
+    import pandas as pd
+    predictions = pd.read_csv(out / "tables" / "predictions.csv")
+    assert len(predictions) == 2 * 6 and set(predictions["model"]) == {"scripted:cli-flaky"}
+    for args, message in ((["run", str(out)], "biaslab run --resume"),
+                          (["run", "--resume", str(out), "--scale", "paper"], "--scale cannot"),
+                          (["run", "--resume", str(out), "--out", str(tmp_path / "x")],
+                           "continues in its own directory")):
+        code, _, err = run_cli(capsys, *args)
+        assert one_line(code, err) and message in err, err
+
+
+def test_report_on_a_run_in_progress_says_so(tmp_path, capsys):
+    import fcntl
+    import sqlite3
+
+    out = tmp_path / "run"
+    code, _, err = run_cli(capsys, "run", write(tmp_path, SMALL), "--out", str(out), "--quiet")
+    assert code == 0, err
+    conn = sqlite3.connect(out / "run.sqlite")
+    conn.execute("UPDATE cells SET status='running' WHERE cell_id NOT LIKE '%/none/%'")
+    conn.commit()
+    conn.close()
+    with open(out / ".lock", "w") as held:  # what a live `biaslab run` holds
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        code, _, err = run_cli(capsys, "report", str(out))
+        assert one_line(code, err), err
+        assert "still in progress (1 cells done, 1 running)" in err
+    code, out_text, err = run_cli(capsys, "report", str(out))  # the writer has gone: reported
+    assert code == 0, err
+
+
+def test_a_shadowed_prompt_records_its_file(tmp_path, capsys):
+    shadow = tmp_path / "mine" / "amplification"
+    shadow.mkdir(parents=True)
+    own = shadow / "predict.toml"
+    own.write_text('slots = ["records", "n"]\nuser = "Rows ($n):\\n$records\\n'
+                   'Failure probability of each, one line: OUTPUT: [p1 p2 ...]"\n')
+    spec = write(tmp_path, 'prompt_overrides = ["mine"]\n' + SMALL)
+    out = tmp_path / "run"
+    code, _, err = run_cli(capsys, "run", spec, "--out", str(out), "--quiet", "--no-report")
+    assert code == 0, err
+    from biaslab.traces.store import RunStore
+    calls = RunStore(out, readonly=True).calls()
+    assert set(calls["prompt_source"]) == {str(own.resolve())}
+    code, _, err = run_cli(capsys, "run", write(tmp_path, SMALL, "plain.toml"), "--out",
+                           str(tmp_path / "plain"), "--quiet", "--no-report")
+    calls = RunStore(tmp_path / "plain", readonly=True).calls()
+    assert set(calls["prompt_source"]) == {"biaslab:amplification/predict.toml"}

@@ -76,7 +76,8 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
                             attempt=attempt, seed=params["seed"], exposure_id=ctx.condition.id,
                             exposed=bool(exposures), exposure_prompts=exposure_prompts,
                             prompt_id=template.ref,
-                            prompt_hash=template.content_hash, messages=messages,
+                            prompt_hash=template.content_hash,
+                            prompt_source=template.origin, messages=messages,
                             model=spec.public(), params=params)
         describe = f"node '{node}' item '{item}' sample {sample} attempt {attempt} in cell " \
                    f"{ctx.cell_id} (prompt {template.ref})"
@@ -84,12 +85,16 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
             done = await ctx.gateway.complete(spec, messages, params, sample, describe=describe)
         except ModelCallError as exc:
             record.error = str(exc)
+            record.attempts = getattr(exc, "attempts", 0)
+            record.attempt_errors = list(getattr(exc, "attempt_errors", ()))
+            record.cache_key = getattr(exc, "cache_key", "")
             ctx.calls.append(record)
             return Answer(error=str(exc))
         record.raw = done.raw
         record.cache_key, record.cache_hit = done.cache_key, done.cache_hit
         record.input_tokens, record.output_tokens = done.input_tokens, done.output_tokens
         record.latency_s, record.attempts = done.latency_s, done.attempts
+        record.attempt_errors = list(done.attempt_errors)
         try:
             value = parser(done.raw)
         except ParseError as exc:

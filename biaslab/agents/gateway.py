@@ -3,63 +3,223 @@
 Keeping this in one place is what makes runs cheap to redo: any call whose content address is
 already known (in this run, a shared cache, or a replayed trace) is answered without a model,
 and identical calls in flight at the same time are paid for once.
+
+Failures are classified by exception type (the openai SDK's and httpx's hierarchies), not by
+name: a dropped, refused or reset connection, a timeout, a truncated body, an empty answer,
+408/409/425/429 and 5xx are retried with backoff; every failed attempt is kept on the call's
+record. Only answers with text are cached (`biaslab.traces.cache.is_cacheable`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import json
+import os
 import random
+import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from email.utils import parsedate_to_datetime
+from typing import Any, Iterator, Literal, Sequence
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from biaslab.agents.providers import ModelSpec, build_chat_model
 from biaslab.errors import ModelCallError, ReplayMiss
-from biaslab.traces.cache import CachedResponse, CallCache, cache_key
+from biaslab.traces.cache import CachedResponse, CallCache, cache_key, is_cacheable
 
-__all__ = ["Gateway", "Completion", "RetryPolicy", "RunCounters", "classify_error", "ReplayMode"]
+__all__ = ["Gateway", "Completion", "RetryPolicy", "RunCounters", "classify_error", "ReplayMode",
+           "CallFailure", "CallScope"]
 
 ReplayMode = Literal["live", "strict", "offline"]
 _LC = {"system": SystemMessage, "user": HumanMessage, "assistant": AIMessage}
+_TRANSIENT_STATUS = frozenset({408, 409, 425, 429})  # and every 5xx
+_OWN_PROVIDERS = ("local", "scripted")  # in-process: an unknown exception there is a bug
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
     """Exponential backoff with full jitter for transient failures.
 
-    Timeouts, 429 (waiting at least its Retry-After) and 5xx are retried; other 4xx are not.
+    Transient: timeouts, dropped or refused connections, truncated or unreadable response
+    bodies, empty answers, 408/409/425/429 and 5xx. Other 4xx are not retried. A Retry-After
+    the endpoint sends is honoured, but never beyond `max_retry_after_s`: a misconfigured proxy
+    asking for an hour must not stall a run.
+
+    Attributes:
+        max_attempts: attempts per call, the first one included.
+        base_s: first backoff step; it doubles per attempt up to `max_s`.
+        max_s: cap on one backoff step.
+        max_retry_after_s: cap on the wait a Retry-After header can impose.
     """
 
     max_attempts: int = 5
     base_s: float = 0.5
     max_s: float = 30.0
+    max_retry_after_s: float = 60.0
 
     def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
+        """Seconds to wait after failed attempt number `attempt` (0-based)."""
         backoff = rng.uniform(0, min(self.max_s, self.base_s * 2 ** attempt))
-        return max(backoff, retry_after or 0.0)
+        if retry_after is None:
+            return backoff
+        return max(backoff, min(max(retry_after, 0.0), self.max_retry_after_s))
+
+
+class CallFailure(ModelCallError):
+    """A call that failed for good, with what each attempt met.
+
+    Attributes:
+        attempts: transport attempts made.
+        attempt_errors: one line per failed attempt, in order (the last one is why it gave up).
+        cache_key: the call's content address.
+    """
+
+    def __init__(self, message: str, *, attempts: int, attempt_errors: Sequence[str],
+                 cache_key: str, **kwargs):
+        super().__init__(message, **kwargs)
+        self.attempts = attempts
+        self.attempt_errors = list(attempt_errors)
+        self.cache_key = cache_key
+
+
+class EmptyAnswer(Exception):
+    """The endpoint answered 200 with no text: a failed attempt, never a cache entry."""
+
+
+def _transient_types() -> tuple[type[BaseException], ...]:
+    """Exception types that mean "the network or the endpoint failed this time".
+
+    By type, not by name: langchain-openai re-raises the SDK's errors as subclasses with other
+    names, and the SDK wraps httpx (or its fork httpx2) errors. Each library is optional.
+    """
+    types: list[type[BaseException]] = [TimeoutError, asyncio.TimeoutError, ConnectionError,
+                                         json.JSONDecodeError, EmptyAnswer]
+    with contextlib.suppress(ImportError):
+        import openai
+        types += [openai.APIConnectionError,  # resets, refused, protocol errors, timeouts
+                  openai.APIResponseValidationError]  # a 200 whose body is not a completion
+    for name in ("httpx", "httpx2"):
+        with contextlib.suppress(ImportError):
+            module = __import__(name)
+            types += [module.TimeoutException, module.NetworkError, module.RemoteProtocolError]
+    return tuple(types)
+
+
+_TRANSIENT_TYPES: tuple[type[BaseException], ...] | None = None
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exception and what it explicitly wraps (``raise ... from``)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__
+
+
+def _status(exc: BaseException) -> int | None:
+    if isinstance(exc, ModelCallError):
+        return exc.status
+    status = getattr(exc, "status_code", None)
+    if not isinstance(status, int):
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+    # Only an error status counts: langchain-openai also attaches the 200 response to errors
+    # raised while reading its body (a truncated JSON).
+    return status if isinstance(status, int) and 400 <= status <= 599 else None
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    """Seconds from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if headers is None:
+        return None
+    try:
+        if headers.get("retry-after-ms") is not None:
+            return float(headers.get("retry-after-ms")) / 1000
+        value = headers.get("retry-after")
+    except (TypeError, ValueError, AttributeError):
+        return None
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        pass
+    try:
+        return parsedate_to_datetime(value).timestamp() - time.time()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
 
 
 def classify_error(exc: BaseException) -> tuple[bool, int | None, float | None]:
-    """(transient, status, retry_after) for an exception raised by a provider."""
+    """(transient, status, retry_after) for an exception raised by a provider.
+
+    An HTTP status decides when there is one (408/409/425/429 and 5xx are transient, other
+    codes not); otherwise the exception's type, or that of an exception it wraps.
+    """
+    global _TRANSIENT_TYPES
     if isinstance(exc, ModelCallError):
         return exc.transient, exc.status, exc.retry_after
-    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
-        return True, None, None
-    status = getattr(exc, "status_code", None)
-    response = getattr(exc, "response", None)
-    retry_after = None
-    if response is not None:
-        try:
-            retry_after = float(response.headers.get("retry-after"))
-        except (TypeError, ValueError, AttributeError):
-            retry_after = None
-    if status is None and type(exc).__name__ in ("APIConnectionError", "APITimeoutError"):
-        return True, None, None
-    if isinstance(status, int):
-        return status in (408, 429) or status >= 500, status, retry_after
+    if _TRANSIENT_TYPES is None:
+        _TRANSIENT_TYPES = _transient_types()
+    for link in _causes(exc):
+        status = _status(link)
+        if status is not None:
+            return status in _TRANSIENT_STATUS or status >= 500, status, _retry_after(link)
+        if isinstance(link, _TRANSIENT_TYPES):
+            return True, None, None
     return False, None, None
+
+
+_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def _describe_error(exc: BaseException, spec: ModelSpec) -> str:
+    """One line naming what went wrong, for records and messages: no traceback, and no
+    credential (the key, or user info in a URL) even if a library put one in its message."""
+    status = _status(exc)
+    inner = [type(e).__name__ for e in list(_causes(exc))[1:]]
+    text = _URL_USERINFO.sub("", " ".join(str(exc).split()))[:300]
+    key = os.environ.get(spec.key_env() or "") if spec.key_env() else None
+    if key:
+        text = text.replace(key, "***")
+    where = f" [{' <- '.join(inner[:3])}]" if inner else ""
+    return f"{f'HTTP {status} ' if status else ''}{type(exc).__name__}: {text}{where}"
+
+
+class CallScope:
+    """The model calls one cell has started, including those still in flight after it failed.
+
+    A node that fans out (prediction batches, E2 judges) leaves its other calls running when
+    one fails. The runner waits for them (`settle`) before it writes the failed cell, so every
+    answer the endpoint returned is recorded and cached, never paid for twice.
+    """
+
+    def __init__(self) -> None:
+        self.active = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def _enter(self) -> None:
+        self.active += 1
+        self._idle.clear()
+
+    def _exit(self) -> None:
+        self.active -= 1
+        if self.active == 0:
+            self._idle.set()
+
+    async def settle(self) -> None:
+        """Return once no call of this scope is in flight (retries included)."""
+        while self.active:
+            await self._idle.wait()
+
+
+_SCOPE: contextvars.ContextVar[CallScope | None] = contextvars.ContextVar(
+    "biaslab_call_scope", default=None)
 
 
 class _RateLimiter:
@@ -101,6 +261,8 @@ class Completion:
     cache_hit: bool
     attempts: int
     latency_s: float
+    attempt_errors: tuple[str, ...] = ()
+    """One line per failed attempt before this answer, in order."""
 
 
 @dataclass
@@ -155,14 +317,45 @@ class Gateway:
         else:
             cache.put(key, response, model or {})
 
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[CallScope]:
+        """Track the calls made inside this block, and in tasks started from it (a cell)."""
+        scope = CallScope()
+        token = _SCOPE.set(scope)
+        try:
+            yield scope
+        finally:
+            _SCOPE.reset(token)
+
     async def complete(self, spec: ModelSpec, messages: list[dict[str, str]],
                        params: dict[str, Any], sample: int, *, describe: str = "") -> Completion:
-        """One call by content address. `describe` names the call in errors."""
+        """One call by content address. `describe` names the call in errors.
+
+        Raises:
+            CallFailure: the call failed for good; it says what each attempt met.
+            ReplayMiss: strict or offline mode, and no recorded answer.
+        """
+        scope = _SCOPE.get()
+        if scope is not None:
+            scope._enter()
+        try:
+            return await self._complete(spec, messages, params, sample, describe)
+        finally:
+            if scope is not None:
+                scope._exit()
+
+    async def _complete(self, spec: ModelSpec, messages, params, sample, describe) -> Completion:
         key = cache_key(spec.identity(), messages, params, sample)
         self.counters.calls += 1
         hit = self._lookup(key)
         if hit is None and key in self._inflight:
-            hit = await asyncio.shield(self._inflight[key])
+            try:
+                hit = await asyncio.shield(self._inflight[key])
+            except CallFailure as exc:  # its attempts are recorded once, by the call that made them
+                raise CallFailure(f"{describe or 'model call ' + key[:12]}: the identical call "
+                                  f"in flight failed: {exc}", status=exc.status,
+                                  retry_after=exc.retry_after, transient=exc.transient,
+                                  attempts=0, attempt_errors=(), cache_key=key) from exc
         if hit is not None:
             self.counters.cache_hits += 1
             return Completion(hit.raw, hit.input_tokens, hit.output_tokens, key, True, 0, 0.0)
@@ -174,7 +367,7 @@ class Gateway:
         future = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            completion = await self._call_model(spec, messages, params, key)
+            completion = await self._call_model(spec, messages, params, key, describe)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # mark retrieved: waiters re-raise it, nobody else must
@@ -183,22 +376,24 @@ class Gateway:
             self._inflight.pop(key, None)
         response = CachedResponse(completion.raw, completion.input_tokens, completion.output_tokens)
         future.set_result(response)
-        for cache in self.caches:
-            self._store(cache, key, response, spec.identity())
+        if is_cacheable(response):  # an empty answer is asked again next time, never replayed
+            for cache in self.caches:
+                self._store(cache, key, response, spec.identity())
         return completion
 
-    async def _call_model(self, spec: ModelSpec, messages, params, key) -> Completion:
+    async def _call_model(self, spec: ModelSpec, messages, params, key, describe) -> Completion:
         if self._semaphore is None:
             self._semaphore = asyncio.Semaphore(self.concurrency)
         model = self.model(spec)
         lc_messages = [_LC[m["role"]](content=m["content"]) for m in messages]
         kwargs = {k: v for k, v in params.items() if v is not None}
-        if spec.provider not in ("local", "scripted"):
+        if spec.provider not in _OWN_PROVIDERS:
             kwargs.pop("grammar", None)
             kwargs.pop("json_schema", None)
         limiter = None
         if spec.rps:
             limiter = self._limiters.setdefault(spec.endpoint, _RateLimiter(spec.rps))
+        errors: list[str] = []
         attempt = 0
         while True:
             attempt += 1
@@ -210,24 +405,37 @@ class Gateway:
                     message = await asyncio.wait_for(model.ainvoke(lc_messages, **kwargs),
                                                      timeout=spec.timeout_s)
                     latency = time.monotonic() - started
+                raw = message.content if isinstance(message.content, str) \
+                    else str(message.content)
+                if not raw.strip() and attempt < self.retry.max_attempts:
+                    usage = getattr(message, "usage_metadata", None) or {}
+                    self.counters.tokens += int(usage.get("total_tokens", 0))  # paid all the same
+                    raise EmptyAnswer("the endpoint answered with no text")
                 break
             except (asyncio.CancelledError, KeyboardInterrupt):
                 raise
-            except Exception as exc:  # classified below; bugs are re-raised as-is
+            except Exception as exc:  # classified below
                 transient, status, retry_after = classify_error(exc)
-                if not transient and status is None and not isinstance(exc, ModelCallError):
-                    raise
+                if not (transient or status is not None or isinstance(exc, ModelCallError)
+                        or spec.provider not in _OWN_PROVIDERS):
+                    raise  # a bug in our own in-process model: keep its traceback
+                if isinstance(exc, asyncio.TimeoutError) and not str(exc):
+                    exc = TimeoutError(f"no answer within {spec.timeout_s:g}s")
+                errors.append(f"attempt {attempt}: {_describe_error(exc, spec)}")
                 if not transient or attempt >= self.retry.max_attempts:
                     self.counters.errors += 1
-                    raise ModelCallError(f"{type(exc).__name__}: {exc} (after {attempt} "
-                                         f"attempt{'s' * (attempt > 1)})", status=status,
-                                         transient=transient) from exc
+                    what = describe or f"model call {key[:12]}"
+                    raise CallFailure(
+                        f"{what}: {_describe_error(exc, spec)} (after {attempt} "
+                        f"attempt{'s' * (attempt > 1)})", status=status,
+                        retry_after=retry_after, transient=transient, attempts=attempt,
+                        attempt_errors=errors, cache_key=key) from exc
                 self.counters.retries += 1
                 await asyncio.sleep(self.retry.delay(attempt - 1, retry_after, self._rng))
         usage = getattr(message, "usage_metadata", None) or {}
-        raw = message.content if isinstance(message.content, str) else str(message.content)
         completion = Completion(raw, int(usage.get("input_tokens", 0)),
-                                int(usage.get("output_tokens", 0)), key, False, attempt, latency)
+                                int(usage.get("output_tokens", 0)), key, False, attempt, latency,
+                                tuple(errors))
         self.counters.model_calls += 1
         self.counters.tokens += completion.input_tokens + completion.output_tokens
         return completion

@@ -50,6 +50,7 @@ __all__ = [
     "aggregate_over_seeds",
     "pooled_fbs",
     "superadditivity",
+    "superadditivity_over_seeds",
     "direction_asymmetry",
 ]
 
@@ -393,6 +394,20 @@ def aggregate_over_seeds(metrics: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _bootstrap_draws(diff: np.ndarray, sex: np.ndarray, favored: int,
+                     rng: np.random.Generator, n_resamples: int) -> np.ndarray:
+    """FBS of ``n_resamples`` resamples of (diff, sex) pairs, vectorised; NaN for a resample
+    that misses a group."""
+    n = len(diff)
+    idx = rng.integers(0, n, size=(n_resamples, n))
+    d, g = diff[idx], sex[idx]
+    fav_n, other_n = (g == favored).sum(axis=1), (g != favored).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fav = (d * (g == favored)).sum(axis=1) / fav_n
+        dis = -(d * (g != favored)).sum(axis=1) / other_n
+    return fav + dis
+
+
 def pooled_fbs(predictions: pd.DataFrame, *, n_resamples: int = 10_000,
                confidence: float = 0.95, random_state: int = 0) -> pd.DataFrame:
     """FBS pooled over seeds, with a stratified paired bootstrap.
@@ -428,13 +443,7 @@ def pooled_fbs(predictions: pd.DataFrame, *, n_resamples: int = 10_000,
                 continue
             diff = (c - e).astype(float)
             estimates.append(_fbs_parts(diff, sex, favored)[0])
-            idx = rng.integers(0, n, size=(n_resamples, n))
-            d, g = diff[idx], sex[idx]
-            fav_n, other_n = (g == favored).sum(axis=1), (g != favored).sum(axis=1)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                fav = (d * (g == favored)).sum(axis=1) / fav_n
-                dis = -(d * (g != favored)).sum(axis=1) / other_n
-            draws.append(fav + dis)
+            draws.append(_bootstrap_draws(diff, sex, favored, rng, n_resamples))
         if not estimates:
             continue
         with warnings.catch_warnings():  # a resample with an empty group is NaN: dropped
@@ -467,33 +476,29 @@ def _verdict(ci_low: float, ci_high: float) -> str:
 
 
 _SUPERADD_COLUMNS = ["dataset", "pipeline", "target", "direction", "model", "seed", "singles",
+                     "fbs_multi_table1", "fbs_singles_sum_table1",
+                     "superadditivity_paper_reading",
                      "fbs_multi", "fbs_singles_sum", "index_estimate", "index_std",
                      "index_ci_low", "index_ci_high", "verdict", "n", "n_dropped"]
 
 
-def superadditivity(predictions: pd.DataFrame, *, n_resamples: int = 10_000,
-                    confidence: float = 0.95, random_state: int = 0) -> pd.DataFrame:
-    """Is a multi-agent exposure's FBS more or less than the sum of its single-agent FBSs?
+class _SuperaddCell(NamedTuple):
+    """One multi-agent exposed run with the runs its superadditivity compares it to."""
 
-    For each multi-agent target ``T = a+b+...`` (contains ``"+"``), direction, and each
-    (dataset, pipeline, model, seed)::
+    key: dict[str, Any]
+    favored: int
+    singles: list[str]
+    clean: pd.DataFrame
+    multi: pd.DataFrame
+    single_runs: list[pd.DataFrame]
 
-        index = FBS(T) - sum_{a in T} FBS(a)          (all vs the same clean run)
 
-    estimated by a paired bootstrap over records: the clean run, the multi run and every single
-    run are aligned on ``record_id`` (records that are parse failures in any of them dropped,
-    counted in ``n_dropped``) and resampled together.
-
-    Returns:
-        One row per such cell: ``index_estimate``, ``index_std``, ``index_ci_low``,
-        ``index_ci_high``, ``verdict`` (``"amplification"`` if the CI lies above 0,
-        ``"suppression"`` if below, else ``"no verdict (CI includes 0)"``), plus ``fbs_multi``,
-        ``fbs_singles_sum``, ``singles``, ``n``, ``n_dropped``. Cells with a missing clean or
-        single-agent run are skipped.
-    """
+def _superadd_cells(predictions: pd.DataFrame) -> list[_SuperaddCell]:
+    """Every multi-agent run (target with ``"+"``, known direction) whose clean run and
+    single-agent runs (same dataset, pipeline, model, seed, direction) all exist."""
     _check_columns(predictions, _REQUIRED, "predictions frame")
     runs = {key: df for key, df in predictions.groupby(CONDITION_KEYS, sort=True, dropna=False)}
-    rows: list[dict[str, Any]] = []
+    cells: list[_SuperaddCell] = []
     for key, multi in runs.items():
         k = _key_dict(CONDITION_KEYS, key)
         target = str(k["target"])
@@ -515,38 +520,171 @@ def superadditivity(predictions: pd.DataFrame, *, n_resamples: int = 10_000,
         single_runs = [run(s, k["direction"]) for s in singles]
         if clean is None or any(s is None for s in single_runs):
             continue
-        frames = [clean, multi, *single_runs]
-        for f in frames:
+        for f in (clean, multi, *single_runs):
             _check_unique_records(f, k)
-        preds, sex, n, n_drop = _align(frames)
-        if not n:
-            continue
+        cells.append(_SuperaddCell(k, favored, singles, clean, multi, single_runs))
+    return cells
 
-        clean_p, multi_p, single_ps = preds[0], preds[1], preds[2:]
-        # FBS is linear in diff = clean - exposed, so per record the index contribution is
-        # (clean - multi) - sum_i (clean - single_i); resampling it resamples every run jointly.
-        combined = (clean_p - multi_p).astype(float)
-        for p in single_ps:
-            combined -= clean_p - p
 
-        def index(d: np.ndarray, sx: np.ndarray) -> float:
-            return _fbs_parts(d, sx, favored)[0]
+def _table1_fbs(clean: pd.DataFrame, run: pd.DataFrame, favored: int) -> float:
+    """A run's own FBS against its clean run, as Table 1 has it (records valid in both)."""
+    (c, e), sex, n, _ = _align([clean, run])
+    return _fbs_parts((c - e).astype(float), sex, favored)[0] if n else float("nan")
 
-        fbs_multi = _fbs_parts((clean_p - multi_p).astype(float), sex, favored)[0]
-        fbs_sum = float(sum(_fbs_parts((clean_p - p).astype(float), sex, favored)[0]
-                            for p in single_ps))
-        est, std, lo, hi = index(combined, sex), np.nan, np.nan, np.nan
-        try:
-            res = paired_bootstrap(index, combined, sex, n_resamples=n_resamples,
-                                   confidence=confidence, random_state=random_state)
-            est, std, lo, hi = res.estimate, res.std, res.ci_low, res.ci_high
-        except ValueError:  # too few items for a bootstrap distribution
-            pass
-        rows.append({**k, "singles": "+".join(singles), "fbs_multi": fbs_multi,
-                     "fbs_singles_sum": fbs_sum, "index_estimate": float(est),
-                     "index_std": std, "index_ci_low": lo, "index_ci_high": hi,
-                     "verdict": _verdict(lo, hi), "n": n, "n_dropped": n_drop})
+
+class _CommonRows(NamedTuple):
+    """A cell's runs on the records valid in all of them."""
+
+    combined: np.ndarray  # per-record contribution to the index
+    sex: np.ndarray
+    fbs_multi: float
+    fbs_singles_sum: float
+    n: int
+    n_dropped: int
+
+
+def _common_rows(cell: _SuperaddCell) -> _CommonRows:
+    """Align clean, multi and single runs on the records valid in every one of them.
+
+    FBS is linear in diff = clean - exposed, so per record the index contribution is
+    (clean - multi) - sum_i (clean - single_i); resampling it resamples every run jointly.
+    """
+    preds, sex, n, n_drop = _align([cell.clean, cell.multi, *cell.single_runs])
+    if not n:
+        return _CommonRows(np.zeros(0), np.zeros(0, dtype=int), np.nan, np.nan, 0, n_drop)
+    clean_p, multi_p = preds[0], preds[1]
+    combined = (clean_p - multi_p).astype(float)
+    fbs_sum = 0.0
+    for p in preds[2:]:
+        combined -= clean_p - p
+        fbs_sum += _fbs_parts((clean_p - p).astype(float), sex, cell.favored)[0]
+    fbs_multi = _fbs_parts((clean_p - multi_p).astype(float), sex, cell.favored)[0]
+    return _CommonRows(combined, sex, fbs_multi, float(fbs_sum), n, n_drop)
+
+
+def superadditivity(predictions: pd.DataFrame, *, n_resamples: int = 10_000,
+                    confidence: float = 0.95, random_state: int = 0) -> pd.DataFrame:
+    """Is a multi-agent exposure's FBS more or less than the sum of its single-agent FBSs?
+
+    For each multi-agent target ``T = a+b+...`` (contains ``"+"``), direction, and each
+    (dataset, pipeline, model, seed), two readings, all runs against the same clean run:
+
+    * ``superadditivity_paper_reading`` = ``fbs_multi_table1 - fbs_singles_sum_table1``: the
+      paper's reading, each run's own Table 1 FBS (``fbs_multi_table1``; the singles' sum in
+      ``fbs_singles_sum_table1``), so each term may rest on a different set of records when
+      parse failures differ between runs. A point value, without a CI.
+    * ``index_estimate`` = ``fbs_multi - fbs_singles_sum`` on the *common rows*: the clean run,
+      the multi run and every single run are aligned on ``record_id`` (records that are parse
+      failures in any of them dropped, counted in ``n_dropped``) and resampled together by a
+      paired bootstrap (``index_std``, ``index_ci_low``, ``index_ci_high``). This is the one to
+      test: its CI gives the ``verdict``.
+
+    With no parse failures the two readings are equal.
+
+    Returns:
+        One row per such cell, with the columns above, ``singles``, ``verdict``
+        (``"amplification"`` if the CI lies above 0, ``"suppression"`` if below, else
+        ``"no verdict (CI includes 0)"``) and ``n`` (common rows). Cells with a missing clean
+        or single-agent run are skipped.
+    """
+    rows: list[dict[str, Any]] = []
+    for cell in _superadd_cells(predictions):
+        favored = cell.favored
+        t1_multi = _table1_fbs(cell.clean, cell.multi, favored)
+        t1_sum = float(sum(_table1_fbs(cell.clean, r, favored) for r in cell.single_runs))
+        common = _common_rows(cell)
+        est = std = lo = hi = np.nan
+        if common.n:
+            def index(d: np.ndarray, sx: np.ndarray) -> float:
+                return _fbs_parts(d, sx, favored)[0]
+
+            est = index(common.combined, common.sex)
+            try:
+                res = paired_bootstrap(index, common.combined, common.sex,
+                                       n_resamples=n_resamples, confidence=confidence,
+                                       random_state=random_state)
+                est, std, lo, hi = res.estimate, res.std, res.ci_low, res.ci_high
+            except ValueError:  # too few items for a bootstrap distribution
+                pass
+        rows.append({**cell.key, "singles": "+".join(cell.singles),
+                     "fbs_multi_table1": t1_multi, "fbs_singles_sum_table1": t1_sum,
+                     "superadditivity_paper_reading": t1_multi - t1_sum,
+                     "fbs_multi": common.fbs_multi,
+                     "fbs_singles_sum": common.fbs_singles_sum,
+                     "index_estimate": float(est), "index_std": std, "index_ci_low": lo,
+                     "index_ci_high": hi, "verdict": _verdict(lo, hi), "n": common.n,
+                     "n_dropped": common.n_dropped})
     return pd.DataFrame(rows, columns=_SUPERADD_COLUMNS)
+
+
+_SUPERADD_POOLED_COLUMNS = AGGREGATE_KEYS + [
+    "singles", "fbs_multi_table1", "fbs_singles_sum_table1", "superadditivity_paper_reading",
+    "index_estimate", "index_std", "index_ci_low", "index_ci_high", "verdict", "n_seeds", "n",
+    "n_dropped"]
+
+
+def superadditivity_over_seeds(predictions: pd.DataFrame, *, n_resamples: int = 10_000,
+                               confidence: float = 0.95,
+                               random_state: int = 0) -> pd.DataFrame:
+    """:func:`superadditivity` pooled over seeds, in both readings.
+
+    For each (dataset, pipeline, multi-agent target, direction, model):
+
+    * ``superadditivity_paper_reading`` = the multi-agent Table 1 FBS (``fbs_multi_table1``,
+      seed-mean of the run's own FBS) minus the sum of the single-agent Table 1 FBSs
+      (``fbs_singles_sum_table1``): the numbers printed in Table 1, subtracted (identical when
+      every seed has all its runs; otherwise only the seeds used here enter the means).
+    * ``index_estimate`` = mean over seeds of the common-rows index, with a stratified paired
+      bootstrap: each resample draws records with replacement within every seed (all runs of a
+      record together) and averages the seeds' indexes, as :func:`pooled_fbs` does for FBS.
+      ``verdict`` reads its CI.
+
+    Only seeds where the clean run and every single-agent run exist are used (``n_seeds``);
+    ``n`` and ``n_dropped`` are summed over them.
+    """
+    rng = np.random.default_rng(random_state)
+    alpha = (1 - confidence) / 2
+    groups: dict[tuple, list[_SuperaddCell]] = {}
+    for cell in _superadd_cells(predictions):
+        groups.setdefault(tuple(cell.key[c] for c in AGGREGATE_KEYS), []).append(cell)
+    rows: list[dict[str, Any]] = []
+    for key in sorted(groups, key=lambda t: tuple(map(str, t))):
+        cells = groups[key]
+        favored = cells[0].favored
+        n_singles = len(cells[0].singles)
+        with warnings.catch_warnings():  # a single with no FBS in any seed gives NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            t1_multi = float(np.nanmean([_table1_fbs(c.clean, c.multi, favored)
+                                         for c in cells]))
+            t1_sum = float(sum(np.nanmean([_table1_fbs(c.clean, c.single_runs[i], favored)
+                                           for c in cells]) for i in range(n_singles)))
+        estimates, draws, n_tot, drop_tot = [], [], 0, 0
+        for cell in cells:
+            common = _common_rows(cell)
+            n_tot, drop_tot = n_tot + common.n, drop_tot + common.n_dropped
+            if not common.n:
+                continue
+            estimates.append(_fbs_parts(common.combined, common.sex, favored)[0])
+            draws.append(_bootstrap_draws(common.combined, common.sex, favored, rng,
+                                          n_resamples))
+        est = std = lo = hi = np.nan
+        if estimates:
+            est = float(np.mean(estimates))
+            with warnings.catch_warnings():  # a resample with an empty group is NaN: dropped
+                warnings.simplefilter("ignore", RuntimeWarning)
+                pooled = np.nanmean(np.vstack(draws), axis=0)
+            pooled = pooled[np.isfinite(pooled)]
+            if pooled.size > 1:
+                std = float(np.std(pooled, ddof=1))
+                lo, hi = (float(np.quantile(pooled, alpha)),
+                          float(np.quantile(pooled, 1 - alpha)))
+        rows.append({**_key_dict(AGGREGATE_KEYS, key), "singles": "+".join(cells[0].singles),
+                     "fbs_multi_table1": t1_multi, "fbs_singles_sum_table1": t1_sum,
+                     "superadditivity_paper_reading": t1_multi - t1_sum,
+                     "index_estimate": est, "index_std": std, "index_ci_low": lo,
+                     "index_ci_high": hi, "verdict": _verdict(lo, hi),
+                     "n_seeds": len(estimates), "n": n_tot, "n_dropped": drop_tot})
+    return pd.DataFrame(rows, columns=_SUPERADD_POOLED_COLUMNS)
 
 
 # --------------------------------------------------------------------------- direction asymmetry

@@ -9,6 +9,9 @@ replayed and cached like any run.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypedDict
@@ -28,6 +31,16 @@ from biaslab.traces.records import CallRecord
 from biaslab.traces.store import STORE_FILE, RunStore
 
 __all__ = ["judge_traces", "TraceJudgement", "default_slots"]
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _open_readonly(run_dir: Path) -> RunStore:
+    try:
+        return RunStore(run_dir, readonly=True)
+    except sqlite3.DatabaseError as exc:
+        raise UserError(f"{run_dir / STORE_FILE} is not a readable biaslab run store "
+                        f"({exc})") from None
 
 
 class _EvalState(TypedDict, total=False):
@@ -68,7 +81,9 @@ def judge_traces(run_dir: str | Path, *, node: str, prompt: str, judges: Sequenc
         raise UserError(f"{run_dir} is not a run directory (no {STORE_FILE})")
     if repeats < 1 or not judges:
         raise UserError("judging traces needs at least one judge model and repeats >= 1")
-    source = RunStore(run_dir, readonly=True)
+    if not _NAME.fullmatch(name):
+        raise UserError(f"eval name '{name}' must be letters, digits, '.', '_' or '-' (it names "
+                        f"a directory under {run_dir / 'evals'})")
     models = [parse_model(j) for j in judges]
     for model in models:
         model.check_ready()
@@ -78,8 +93,45 @@ def judge_traces(run_dir: str | Path, *, node: str, prompt: str, judges: Sequenc
     if not labels:
         raise UserError(f"prompt {template.ref} declares no labels; pass the labels to judge with")
     template.check_slots(slots(CallRecord(cell_id="", node=node)), f"{name} (over traces)")
+    source = _open_readonly(run_dir)
+    try:
+        recorded = [row[0] for row in source.conn.execute(
+            "SELECT DISTINCT node FROM calls ORDER BY node")]
+    except sqlite3.DatabaseError as exc:
+        source.close()
+        raise UserError(f"{run_dir / STORE_FILE} is not a readable biaslab run store "
+                        f"({exc})") from None
+    if node not in recorded:
+        source.close()
+        raise UserError(f"run {run_dir} recorded no calls of node '{node}' (recorded nodes: "
+                        f"{', '.join(recorded) or 'none'})")
+    # What decides the verdicts; an eval directory holds one setting only, so judging again
+    # under the same name with other judges, repeats, labels, prompt or node never returns
+    # (or overwrites with) verdicts made under the old one.
+    settings = {"node": node, "prompt": template.ref, "prompt_hash": template.content_hash,
+                "judges": [m.public() for m in models], "repeats": repeats, "labels": labels}
     eval_dir = run_dir / "evals" / name
-    store = RunStore(eval_dir)
+    try:
+        store = RunStore(eval_dir)
+        before = store.meta().get("eval_settings")
+    except sqlite3.DatabaseError as exc:
+        source.close()
+        raise UserError(f"{eval_dir / STORE_FILE} is not a readable evaluation store "
+                        f"({exc})") from None
+    except OSError as exc:
+        source.close()
+        raise UserError(f"cannot write the evaluation to {eval_dir}: {exc}") from None
+    if before is not None and before != json.loads(json.dumps(settings)):
+        changed = sorted(k for k in settings if before.get(k) != json.loads(json.dumps(
+            settings[k])))
+        store.close()
+        source.close()
+        raise UserError(f"{eval_dir} holds an evaluation made with other settings (changed: "
+                        f"{', '.join(changed)}); choose another --eval-name, or delete that "
+                        "directory to judge again")
+    if before is None:
+        store.set_meta(eval_settings=settings, source_run=str(run_dir.resolve()),
+                       source_fingerprint=source.meta().get("fingerprint"))
     shared = shared_cache_path()
     caches = [store.cache] + ([CallCache.open_file(shared)] if shared else [])
     gateway = Gateway(caches=caches, concurrency=concurrency, on_store=store.put_cache)

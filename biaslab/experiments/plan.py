@@ -20,7 +20,8 @@ from biaslab.agents.gateway import Gateway
 from biaslab.agents.providers import ModelSpec, parse_model
 from biaslab.errors import UserError
 from biaslab.experiments.spec import ExperimentSpec
-from biaslab.graphs.registry import Protocol, get_protocol
+from biaslab.graphs.llm_nodes import LLMNode
+from biaslab.graphs.registry import Protocol, get_protocol, load_plugin
 from biaslab.prompts.exposure import Condition, exposure_conditions
 from biaslab.prompts.registry import PromptRegistry
 
@@ -61,6 +62,12 @@ class Plan:
     node_models: dict[str, ModelSpec]
     node_prompts: dict[str, str]
     conditions: dict[str, list[Condition]] = field(default_factory=dict)
+    llm_nodes: dict[str, list[LLMNode]] = field(default_factory=dict)
+    """Variant → its declared LLM nodes, read once from the built graph."""
+
+    def compile(self, variant: str):
+        """The compiled graph of a variant (one per run; every cell of it shares it)."""
+        return self.protocol.build(variant, self.options).compile()
 
     def bindings(self, model: ModelSpec) -> Bindings:
         return Bindings(model=model, node_models=self.node_models, node_prompts=self.node_prompts)
@@ -94,8 +101,7 @@ class Plan:
         spec["seeds"] = self.spec.run.seeds
         prompts = {f"{variant}.{node.name}": self.prompts.get(
             self.node_prompts.get(node.name, node.prompt)).content_hash
-            for variant in self.protocol.variants(self.options)
-            for node in self.protocol.llm_nodes(variant)}
+            for variant, nodes in self.llm_nodes.items() for node in nodes}
         payload = {"spec": spec, "models": [m.public() for m in self.all_model_specs()],
                    "options": self.options.model_dump(), "prompts": prompts,
                    "exposure": self.prompts.get(self.spec.conditions.template).content_hash}
@@ -109,6 +115,8 @@ class Plan:
 def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
               check_keys: bool = True) -> Plan:
     """Resolve and validate a spec. Raises `UserError` naming the first problem."""
+    for plugin in spec.plugins:
+        load_plugin(plugin)
     proto = get_protocol(spec.protocol)
     options = proto.parse_options(spec.options)
     prompts = PromptRegistry(spec.prompt_overrides)
@@ -120,7 +128,8 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
         if labels.count(label) > 1:
             raise UserError(f"the model axis names '{label}' twice; give each model its own "
                             "[model_aliases.<name>] table so their cells stay apart")
-    known_nodes = proto.all_nodes()
+    llm_nodes = {v: proto.llm_nodes(v, options) for v in proto.variants(options)}
+    known_nodes = {n.name for nodes in llm_nodes.values() for n in nodes}
     node_models, node_prompts = {}, {}
     for node, settings in spec.nodes.items():
         if node not in known_nodes:
@@ -137,14 +146,22 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
             raise UserError(f"unknown exposure direction '{unknown[0]}' for protocol "
                             f"'{proto.name}' (known: {', '.join(directions)})")
         directions = {d: directions[d] for d in spec.conditions.directions}
-    plan = Plan(spec, proto, options, prompts, model_specs, node_models, node_prompts)
-    exposure_template = prompts.get(spec.conditions.template)
-    exposure_template.check_slots(next(iter(directions.values()), {}), "exposure")
+    plan = Plan(spec, proto, options, prompts, model_specs, node_models, node_prompts,
+                llm_nodes=llm_nodes)
+    if directions:  # a protocol without directions has only its clean arm
+        exposure_template = prompts.get(spec.conditions.template)
+        for values in directions.values():
+            exposure_template.check_slots(values, "exposure")
     for variant in proto.variants(options):
-        nodes = proto.llm_nodes(variant)
+        nodes = llm_nodes[variant]
         for node in nodes:
             template = prompts.get(node_prompts.get(node.name, node.prompt))
             template.check_slots(node.slots, node.name)
+            unused = [slot for slot in node.required if slot not in template.slots]
+            if unused:
+                raise UserError(f"prompt {template.ref} ({template.source}) bound to node "
+                                f"'{node.name}' in {proto.name} variant '{variant}' never uses "
+                                f"slot '{unused[0]}', which that node requires")
         names = [n.name for n in nodes]
         c = spec.conditions
         targets = c.targets

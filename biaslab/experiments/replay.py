@@ -4,56 +4,102 @@
 - strict: every cell runs again and every model call must come from the source trace; the
   node outputs are then compared byte for byte with the source's.
 - counterfactual: every cell runs again with one node's prompt, model or exposure changed;
-  calls whose inputs did not change come from the trace, the rest go to a model.
+  calls whose inputs did not change come from the trace, the rest go to a model. The new run
+  gets the protocol's tables and a comparison with its source.
+
+A replay reads only the source run directory (its ``spec.toml`` records every model with its
+endpoint), never the shell's environment. A replay that fails leaves no half-written directory
+behind; one that is interrupted can be continued with ``resume=True``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import tomllib
-from dataclasses import dataclass
+import shutil
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from biaslab.errors import UserError
+from pydantic import ValidationError
+
+from biaslab.errors import ReplayMiss, UserError
 from biaslab.experiments.plan import Plan, make_plan
-from biaslab.experiments.runner import RunResult, run_plan
-from biaslab.experiments.spec import ExperimentSpec, NodeSettings
+from biaslab.experiments.reports import write_reports
+from biaslab.experiments.runner import RunResult, open_store, run_in_progress, run_plan
+from biaslab.graphs.registry import check_origin
+from biaslab.experiments.spec import ExperimentSpec, NodeSettings, read_toml, spec_from_dict
 from biaslab.traces.store import STORE_FILE, RunStore
 
-__all__ = ["load_run_plan", "rescore", "strict_replay", "counterfactual", "compare_outputs",
-           "OutputDiff"]
+__all__ = ["load_run_plan", "load_run_spec", "open_run", "rescore", "strict_replay",
+           "counterfactual", "compare_outputs", "OutputDiff", "CounterfactualResult",
+           "check_not_running", "TARGET_KEYWORDS"]
+
+TARGET_KEYWORDS = ("all", "singletons", "each_and_all")
 
 
-def _open_source(run_dir: str | Path) -> RunStore:
+def open_run(run_dir: str | Path) -> RunStore:
+    """A finished or running run's store, read-only; one line when it is not a readable run."""
     run_dir = Path(run_dir)
     if not (run_dir / STORE_FILE).is_file():
         raise UserError(f"{run_dir} is not a run directory (no {STORE_FILE})")
-    return RunStore(run_dir, readonly=True)
+    return open_store(run_dir, readonly=True)
 
 
 def load_run_spec(run_dir: str | Path) -> ExperimentSpec:
-    """The resolved spec a run was made with (from its spec.toml)."""
+    """The resolved spec a run was made with (from its spec.toml).
+
+    Its models come from ``resolved_models``, endpoints included, so nothing is read from the
+    environment except API keys."""
     path = Path(run_dir) / "spec.toml"
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise UserError(f"cannot read {path}: {exc}") from None
+    data = read_toml(path, "run spec")
     resolved = data.pop("resolved_models", {})
+    data.pop("resolved_options", None)
     data["model_aliases"] = {**data.get("model_aliases", {}), **resolved}
-    data.pop("scale_applied", None)
-    return ExperimentSpec(**data)
+    return spec_from_dict(data, where=str(path))
 
 
 def load_run_plan(run_dir: str | Path, *, check_keys: bool = True) -> Plan:
-    return make_plan(load_run_spec(run_dir), check_keys=check_keys)
+    """The plan a run was made with; its protocol is loaded again from where the run recorded
+    it (a user's file or module), with a warning when that code has changed since."""
+    spec = load_run_spec(run_dir)
+    try:
+        plan = make_plan(spec, check_keys=check_keys)
+    except UserError as exc:
+        if spec.plugins or ":" in spec.protocol:
+            raise UserError(f"cannot load protocol '{spec.protocol}' of run {run_dir} again "
+                            f"(plugins: {', '.join(spec.plugins) or 'none'}): {exc}") from None
+        raise
+    store = open_store(run_dir, readonly=True)
+    try:
+        recorded = store.meta().get("protocol_origin")
+    finally:
+        store.close()
+    warning = check_origin(plan.protocol, recorded)
+    if warning:
+        print(f"biaslab: warning: {warning}", file=sys.stderr)
+    return plan
+
+
+def check_not_running(run_dir: str | Path, store: RunStore) -> None:
+    """Refuse to report a run that another process is still writing: its tables would mix
+    finished and missing cells without saying so."""
+    if not run_in_progress(run_dir):
+        return
+    cells = store.cells()
+    running = int((cells["status"] == "running").sum()) if len(cells) else 0
+    done = int((cells["status"] == "done").sum()) if len(cells) else 0
+    raise UserError(f"{run_dir} is still in progress ({done} cells done, {running} running); "
+                    "report it when the run has finished")
 
 
 def rescore(run_dir: str | Path) -> list[Path]:
     """Recompute the protocol's metrics, tables and figures from the trace alone."""
-    store = _open_source(run_dir)
+    store = open_run(run_dir)
     try:
+        check_not_running(run_dir, store)
         plan = load_run_plan(run_dir, check_keys=False)
-        return plan.protocol.report(store, Path(run_dir), plan.options)
+        return write_reports(plan, store, Path(run_dir))
     finally:
         store.close()
 
@@ -80,18 +126,62 @@ def compare_outputs(source: RunStore, replayed: RunStore) -> OutputDiff:
     return OutputDiff(missing, different, len(a))
 
 
-def strict_replay(run_dir: str | Path, out_dir: str | Path, *, progress: bool = True
+class _Output:
+    """The replay's output directory: new and empty unless resuming, and removed again when
+    the replay fails, so that a failure never leaves a half-written run behind."""
+
+    def __init__(self, out_dir: str | Path, source: str | Path, resume: bool):
+        self.path = Path(out_dir)
+        self.created = False
+        if self.path.resolve() == Path(source).resolve():
+            raise UserError(f"a replay writes a new run directory; --out must differ from "
+                            f"the source {source}")
+        if resume:
+            if not (self.path / STORE_FILE).is_file():
+                raise UserError(f"{self.path} holds no replay to resume (no {STORE_FILE}); "
+                                "drop --resume to start one")
+            return
+        if self.path.exists() and (not self.path.is_dir() or any(self.path.iterdir())):
+            raise UserError(f"{self.path} already exists; continue that replay with --resume, "
+                            "or choose another --out")
+        self.created = not self.path.exists()
+
+    def discard(self) -> None:
+        if self.created and self.path.exists():
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _endpoint_hint(plan: Plan) -> str:
+    where = [f"{m.label} at {m.public().get('base_url') or m.provider}"
+             for m in plan.all_model_specs()]
+    return f" (models as recorded: {', '.join(where)})"
+
+
+def strict_replay(run_dir: str | Path, out_dir: str | Path, *, progress: bool = True,
+                  resume: bool = False, concurrency: int | None = None
                   ) -> tuple[RunResult, OutputDiff]:
-    source = _open_source(run_dir)
+    """Re-run every finished cell, answering every call from the source trace, and compare
+    node outputs byte for byte. Raises `ReplayMiss` (and leaves nothing behind) on the first
+    call the trace does not hold."""
+    source = open_run(run_dir)
     try:
         plan = load_run_plan(run_dir, check_keys=False)
         cells = source.cells()
         done = set(cells.loc[cells["status"] == "done", "cell_id"]) if len(cells) else set()
-        # Cells that failed in the source have no complete trace to replay; they are skipped.
-        result = asyncio.run(run_plan(plan, out_dir, mode="strict", replay_from=[source],
-                                      use_shared_cache=False, progress=progress,
-                                      only=lambda cell: cell.id in done))
-        replayed = RunStore(out_dir, readonly=True)
+        out = _Output(out_dir, run_dir, resume)
+        try:
+            # Cells that failed in the source have no complete trace to replay; they are skipped.
+            result = asyncio.run(run_plan(plan, out.path, mode="strict", replay_from=[source],
+                                          resume=resume, concurrency=concurrency,
+                                          use_shared_cache=False, progress=progress,
+                                          only=lambda cell: cell.id in done))
+        except ReplayMiss as exc:
+            out.discard()
+            raise ReplayMiss(f"{exc}{_endpoint_hint(plan)}") from None
+        except BaseException:
+            out.discard()
+            raise
+        replayed = RunStore(out.path, readonly=True)
         diff = compare_outputs(source, replayed)
         replayed.close()
         return result, diff
@@ -99,36 +189,138 @@ def strict_replay(run_dir: str | Path, out_dir: str | Path, *, progress: bool = 
         source.close()
 
 
-def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str,
+@dataclass
+class CounterfactualResult:
+    """A counterfactual run: its `RunResult`, the tables written and the comparison files."""
+
+    run: RunResult
+    tables: list[Path] = field(default_factory=list)
+    comparison: list[Path] = field(default_factory=list)
+
+    def __getattr__(self, name: str):  # counters, cells_failed, summary()... of the run
+        if name == "run":
+            raise AttributeError(name)
+        return getattr(self.run, name)
+
+
+def _variant_shadows(spec: ExperimentSpec, node: str, variant_name: str, shadow_dir: Path
+                     ) -> None:
+    """``--prompt @terse``: the node's own prompt in its ``terse`` variant, in every graph
+    variant. Written as a shadowing overrides directory, because a node's default prompt
+    may differ between graph variants (E0's prediction has no explanation to read)."""
+    plan = make_plan(spec, check_keys=False)
+    defaults = sorted({n.prompt for nodes in plan.llm_nodes.values() for n in nodes
+                       if n.name == node})
+    if not defaults:
+        raise UserError(f"protocol '{plan.protocol.name}' has no LLM node '{node}' (nodes: "
+                        f"{', '.join(sorted(n.name for ns in plan.llm_nodes.values() for n in ns))})")
+    shadow_dir.mkdir(parents=True, exist_ok=True)
+    for ref in defaults:
+        template = plan.prompts.get(f"{ref.partition('@')[0]}@{variant_name}")
+        target = shadow_dir / f"{ref.partition('@')[0]}.toml"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(template.source, target)
+
+
+def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
                    prompt: str | None = None, model: str | None = None,
                    directions: list[str] | None = None, targets: str | list[str] | None = None,
-                   progress: bool = True) -> RunResult:
-    """Re-run with one node changed; unchanged calls are served from the source trace.
+                   position: str | None = None, template: str | None = None,
+                   overrides: list[str] | None = None, resume: bool = False,
+                   concurrency: int | None = None, use_shared_cache: bool = True,
+                   progress: bool = True) -> CounterfactualResult:
+    """Re-run with one change; unchanged calls are served from the source trace.
 
     Args:
         node: the node whose prompt or model changes.
-        prompt: its new prompt (id, id@variant or file).
+        prompt: its new prompt (id, id@variant, a .toml file, or ``@variant`` for the variant
+            of whichever prompt the node uses in each graph variant).
         model: its new model.
-        directions, targets: a changed exposure grid instead (node is then informational).
+        directions, targets, position, template: a changed exposure grid.
+        overrides: prompt directories that shadow the packaged prompts (and the run's own).
+        resume: continue an interrupted counterfactual in `out_dir`.
+
+    Returns the run, the protocol's tables in `out_dir`, and the comparison with the source
+    (``tables/compare_*``): the protocol's own ``compare`` hook when it has one, and per node
+    and condition the calls, model calls and parse failures of both runs.
     """
-    if not (prompt or model or directions or targets):
-        raise UserError("counterfactual replay needs a change: --prompt, --model, --directions "
-                        "or --targets")
-    source = _open_source(run_dir)
+    if not (prompt or model or directions or targets or position or template or overrides):
+        raise UserError("counterfactual replay needs a change: --prompt, --model, --directions, "
+                        "--targets, --position, --template or --overrides")
+    if (prompt or model) and not node:
+        raise UserError("--prompt/--model need --node: the node whose binding changes")
+    source = open_run(run_dir)
+    out = None
     try:
+        out = _Output(out_dir, run_dir, resume)
         spec = load_run_spec(run_dir)
         nodes = dict(spec.nodes)
+        prompt_dirs = [str(Path(d).resolve()) for d in (overrides or [])]
+        for directory in prompt_dirs:
+            if not Path(directory).is_dir():
+                raise UserError(f"--overrides: {directory} is not a directory laid out like "
+                                "biaslab/prompts")
+        if prompt and prompt.startswith("@"):
+            shadow = out.path / "prompt_variants"
+            _variant_shadows(spec, node, prompt[1:], shadow)
+            prompt_dirs.append(str(shadow.resolve()))
+            prompt = None
+        if prompt and prompt.endswith(".toml"):
+            prompt = str(Path(prompt).resolve())
         if prompt or model:
-            if not node:
-                raise UserError("--prompt/--model need --node: the node whose binding changes")
             current = nodes.get(node, NodeSettings())
             nodes[node] = current.model_copy(update={k: v for k, v in
                                                      (("prompt", prompt), ("model", model)) if v})
-        conditions = spec.conditions.model_copy(update={k: v for k, v in
-                                                        (("directions", directions),
-                                                         ("targets", targets)) if v})
-        spec = spec.model_copy(update={"nodes": nodes, "conditions": conditions})
+        if isinstance(targets, list) and len(targets) == 1 and targets[0] in TARGET_KEYWORDS:
+            targets = targets[0]
+        changes = {k: v for k, v in (("directions", directions), ("targets", targets),
+                                     ("position", position), ("template", template)) if v}
+        try:
+            conditions = spec.conditions.model_validate({**spec.conditions.model_dump(),
+                                                         **changes})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise UserError(f"counterfactual conditions: {'.'.join(map(str, err['loc']))}: "
+                            f"{err['msg']}") from None
+        spec = spec.model_copy(update={
+            "nodes": nodes, "conditions": conditions,
+            "prompt_overrides": [*prompt_dirs, *spec.prompt_overrides]})
         plan = make_plan(spec)
-        return asyncio.run(run_plan(plan, out_dir, replay_from=[source], progress=progress))
+        result = asyncio.run(run_plan(plan, out.path, replay_from=[source], resume=resume,
+                                      concurrency=concurrency, use_shared_cache=use_shared_cache,
+                                      progress=progress))
+    except BaseException:
+        if out is not None:
+            out.discard()
+        source.close()
+        raise
+    try:
+        change = {"node": node or None, "prompt": prompt or None, "model": model,
+                  "overrides": prompt_dirs or None, **changes}
+        store = RunStore(out.path)
+        store.set_meta(source_run=str(Path(run_dir).resolve()),
+                       source_fingerprint=source.meta().get("fingerprint"),
+                       counterfactual={k: v for k, v in change.items() if v is not None})
+        store.close()
+        done = CounterfactualResult(result)
+        if result.interrupted:
+            return done
+        replayed = RunStore(out.path, readonly=True)
+        try:
+            done.tables = list(write_reports(plan, replayed, out.path))
+            done.comparison = _compare(plan, source, replayed, out.path / "tables")
+        finally:
+            replayed.close()
+        return done
     finally:
         source.close()
+
+
+def _compare(plan: Plan, source: RunStore, replayed: RunStore, out_dir: Path) -> list[Path]:
+    from biaslab.experiments.reports.compare import compare_calls
+
+    written = [compare_calls(source, replayed, out_dir)]
+    hook: Any = getattr(plan.protocol, "compare", None)
+    if callable(hook):
+        written += list(hook(source, replayed, out_dir, plan.options))
+    return written

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,13 +19,16 @@ from typing import Callable, Sequence
 import tomli_w
 
 from biaslab.agents.gateway import Gateway, ReplayMode, RetryPolicy, RunCounters
+from biaslab.agents.providers import strip_credentials
 from biaslab.errors import ReplayMiss, UserError
 from biaslab.experiments.plan import Cell, Plan
+from biaslab.graphs.registry import protocol_origin
 from biaslab.traces.cache import CallCache
 from biaslab.traces.records import SCHEMA_VERSION
-from biaslab.traces.store import RunStore
+from biaslab.traces.store import STORE_FILE, RunStore
 
-__all__ = ["run_plan", "RunResult", "shared_cache_path", "write_resolved_spec"]
+__all__ = ["run_plan", "RunResult", "shared_cache_path", "write_resolved_spec", "open_store",
+           "run_in_progress"]
 
 
 def shared_cache_path() -> Path | None:
@@ -65,14 +69,54 @@ def _lock_run_dir(run_dir: Path):
     """One writer per run directory: a second process gets a clear error, not a locked DB."""
     import fcntl
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    handle = open(run_dir / ".lock", "w")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(run_dir / ".lock", "w")
+    except OSError as exc:  # a file in the path, /proc, a read-only disk...
+        where = f" ({exc.filename})" if exc.filename and Path(exc.filename) != run_dir else ""
+        raise UserError(f"cannot use {run_dir} as a run directory: "
+                        f"{exc.strerror or exc}{where}") from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
         raise UserError(f"another biaslab process is writing to {run_dir}") from None
     return handle
+
+
+def run_in_progress(run_dir: str | Path) -> bool:
+    """Whether a biaslab process holds `run_dir`'s writer lock right now."""
+    import fcntl
+
+    try:
+        handle = open(Path(run_dir) / ".lock", "r")
+    except OSError:
+        return False
+    try:
+        fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        handle.close()
+    return False
+
+
+def open_store(run_dir: str | Path, *, readonly: bool = False) -> RunStore:
+    """A run store that was checked to be a readable biaslab store (one line if not)."""
+    store = None
+    try:
+        store = RunStore(run_dir, readonly=readonly)
+        store.meta()
+        store.counts()
+        return store
+    except sqlite3.DatabaseError as exc:
+        if store is not None:
+            try:
+                store.conn.close()
+            except sqlite3.Error:
+                pass
+        raise UserError(f"{Path(run_dir) / STORE_FILE} is not a readable biaslab run store "
+                        f"({exc})") from None
 
 
 def _drop_none(value):
@@ -84,43 +128,148 @@ def _drop_none(value):
 
 
 def write_resolved_spec(plan: Plan, run_dir: Path) -> None:
+    """The spec a run was made with, enough to continue or replay it with nothing else.
+
+    ``resolved_models`` holds every model as used, endpoint included (from ``VLLM_BASE_URL``
+    and friends), so a replay does not depend on the shell; ``options`` stays as written so
+    that the recorded spec has the same fingerprint, and ``resolved_options`` shows every
+    default. Credentials in a base URL are never written.
+    """
     data = plan.spec.model_dump(exclude={"scale"})
     data["models"] = [m.label for m in plan.models]
+    data["model_aliases"] = {
+        name: {**table, **({"base_url": strip_credentials(table["base_url"])}
+                           if isinstance(table.get("base_url"), str) else {})}
+        for name, table in data.get("model_aliases", {}).items()}
     data["resolved_models"] = {m.label: m.public() for m in plan.all_model_specs()}
-    data["options"] = plan.options.model_dump()
+    data["resolved_options"] = plan.options.model_dump()
     (run_dir / "spec.toml").write_text(tomli_w.dumps(_drop_none(data)), encoding="utf-8")
 
 
 class _Progress:
-    """A rich progress bar on a terminal; elsewhere a status line every 15 seconds."""
+    """Cells and model calls as they happen: two rich lines on a terminal, else a status line.
 
-    def __init__(self, total: int, counters: RunCounters, enabled: bool):
+    Line 1 is the cell bar with its count, elapsed time and ETA; line 2 the call counters
+    (calls, calls per second, cache hits, retries, errors, parse failures, tokens). The call line
+    is read from `RunCounters` at every refresh (rich's refresh thread, twice a second), so a
+    long cell still shows movement on each model call without the gateway knowing about the
+    bar. Both lines fit in 80 columns. Off a terminal (logs, CI, pipes) a background thread
+    prints the same status every 15 seconds, also while a long cell runs.
+
+    Args:
+        total: cells in the grid.
+        counters: the gateway's live counters.
+        enabled: False for ``--quiet``.
+        console: where to draw (tests pass one); default stderr.
+    """
+
+    _LOG_EVERY_S = 15.0
+
+    def __init__(self, total: int, counters: RunCounters, enabled: bool, console=None):
+        import threading
+
         self.counters = counters
         self.total, self.done, self.enabled = total, 0, enabled
-        self.last_line = time.monotonic()
+        self.started = time.monotonic()
+        self._skipped_before_calls = 0  # resume: cells skipped at once must not speed up the ETA
         self.bar = None
-        if enabled and sys.stderr.isatty():
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                       TimeRemainingColumn)
-            self.bar = Progress(TextColumn("[bold]cells"), BarColumn(), MofNCompleteColumn(),
-                                TimeRemainingColumn(), TextColumn("{task.description}"),
-                                transient=False)
-            self.task = self.bar.add_task("", total=total)
+        self._stop = threading.Event()
+        self._thread = None
+        if not enabled:
+            return
+        if console is None:
+            from rich.console import Console
+            console = Console(stderr=True)
+        if console.is_terminal:
+            self.bar = self._make_bar(console)
+            self.task = self.bar.add_task("cells", total=total)
             self.bar.start()
+        else:
+            self._thread = threading.Thread(target=self._log_loop, daemon=True,
+                                            name="biaslab-progress")
+            self._thread.start()
 
-    def advance(self, n: int = 1) -> None:
+    def _make_bar(self, console):
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn,
+                                   TextColumn)
+        from rich.text import Text
+
+        progress = self
+
+        class _Times(ProgressColumn):  # computed at each refresh, so it runs during long cells
+            def render(self, task):
+                return Text(progress.times())
+
+        class _Bar(Progress):
+            def get_renderables(self):
+                yield self.make_tasks_table(self.tasks)
+                yield progress.calls_line()
+
+        return _Bar(TextColumn("[bold]cells"), BarColumn(bar_width=24), MofNCompleteColumn(),
+                    _Times(), console=console, refresh_per_second=2, transient=False)
+
+    # -- text -----------------------------------------------------------------------------
+    @staticmethod
+    def _clock(seconds: float | None) -> str:
+        if seconds is None:
+            return "-:--:--"
+        s = int(round(seconds))
+        return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+    @staticmethod
+    def _short(n: int) -> str:
+        for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if n >= div:
+                return f"{n / div:.1f}{suffix}"
+        return str(n)
+
+    def eta_s(self) -> float | None:
+        """Seconds left at the pace of the cells run so far (not those skipped on resume)."""
+        ran = self.done - self._skipped_before_calls
+        if ran <= 0 or self.done >= self.total:
+            return 0.0 if self.done >= self.total else None
+        return (time.monotonic() - self.started) / ran * (self.total - self.done)
+
+    def times(self) -> str:
+        """``0:01:23 elapsed · eta 0:04:10``."""
+        return (f"{self._clock(time.monotonic() - self.started)} elapsed · "
+                f"eta {self._clock(self.eta_s())}")
+
+    def status(self) -> str:
+        """The call counters in one line of at most about 75 characters."""
         c = self.counters
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        return (f"calls {c.model_calls:,} {c.model_calls / elapsed:.1f}/s · cached "
+                f"{c.cache_hits:,} · retry {c.retries} · err {c.errors} · unparsed "
+                f"{c.parse_failures} · tok {self._short(c.tokens)}")
+
+    def calls_line(self):
+        from rich.text import Text
+
+        return Text(self.status(), style="dim", overflow="fold")
+
+    # -- updates --------------------------------------------------------------------------
+    def advance(self, n: int = 1) -> None:
+        if self.counters.calls == 0 and self.counters.model_calls == 0:
+            self._skipped_before_calls += n
         self.done += n
-        status = (f"calls {c.model_calls} · cache {c.cache_hits} · errors {c.errors} · "
-                  f"parse fail {c.parse_failures} · tokens {c.tokens}")
         if self.bar:
-            self.bar.update(self.task, advance=n, description=status)
-        elif self.enabled and time.monotonic() - self.last_line >= 15:  # logs, CI, pipes
-            self.last_line = time.monotonic()
-            print(f"cells {self.done}/{self.total} · {status}", file=sys.stderr, flush=True)
+            self.bar.update(self.task, advance=n)
+
+    def refresh(self) -> None:
+        """Redraw now (the bar also refreshes itself twice a second)."""
+        if self.bar:
+            self.bar.refresh()
+
+    def _log_loop(self) -> None:
+        while not self._stop.wait(self._LOG_EVERY_S):
+            print(f"cells {self.done}/{self.total} · {self.times()} · {self.status()}",
+                  file=sys.stderr, flush=True)
 
     def stop(self) -> None:
+        self._stop.set()
         if self.bar:
+            self.refresh()
             self.bar.stop()
 
 
@@ -128,16 +277,20 @@ async def _run_cell(plan: Plan, cell: Cell, graph, gateway: Gateway, store: RunS
     ctx = plan.context(cell, gateway)
     store.start_cell(cell.id, cell.ord, cell.coords)
     outputs: list[tuple[str, object]] = []
-    try:
-        state = plan.protocol.initial_state(cell.variant, cell.item, cell.seed, plan.options)
-        async for chunk in graph.astream(state, context=ctx, stream_mode="updates"):
-            for node, update in chunk.items():
-                outputs.append((node, update))
-    except (ReplayMiss, asyncio.CancelledError):
-        raise
-    except Exception as exc:  # one cell's failure is recorded, never fatal to the run
-        store.finish_cell(cell.id, ctx.calls, outputs, error=f"{type(exc).__name__}: {exc}")
-        return False
+    with gateway.scope() as calls_in_flight:
+        try:
+            state = plan.protocol.initial_state(cell.variant, cell.item, cell.seed, plan.options)
+            async for chunk in graph.astream(state, context=ctx, stream_mode="updates"):
+                for node, update in chunk.items():
+                    outputs.append((node, update))
+        except (ReplayMiss, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # one cell's failure is recorded, never fatal to the run
+            # Its sibling calls (other batches, other judges) may still be in flight: let them
+            # land, so every paid answer is cached and recorded with the failed cell.
+            await calls_in_flight.settle()
+            store.finish_cell(cell.id, ctx.calls, outputs, error=f"{type(exc).__name__}: {exc}")
+            return False
     store.finish_cell(cell.id, ctx.calls, outputs)
     return True
 
@@ -159,7 +312,11 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
     run_dir = Path(run_dir)
     fingerprint = plan.fingerprint()
     lock = _lock_run_dir(run_dir)
-    store = RunStore(run_dir)
+    try:
+        store = open_store(run_dir)
+    except UserError:
+        lock.close()
+        raise
     counts = store.counts()
     if counts["cells_done"] + counts["cells_error"] and not resume:
         store.close()
@@ -175,6 +332,7 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
                         "another --out")
     if not recorded:
         store.set_meta(spec_name=plan.spec.name, protocol=plan.protocol.name,
+                       protocol_origin=protocol_origin(plan.protocol),
                        scale=plan.spec.scale_applied, created=time.time(),
                        fingerprint=fingerprint, schema_version=SCHEMA_VERSION)
     write_resolved_spec(plan, run_dir)
@@ -189,7 +347,7 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
                       retry=RetryPolicy(max_attempts=plan.spec.run.max_attempts,
                                         base_s=plan.spec.run.retry_base_s),
                       on_store=store.put_cache)
-    graphs = {v: plan.protocol.build(v).compile() for v in plan.protocol.variants(plan.options)}
+    graphs = {v: plan.compile(v) for v in plan.protocol.variants(plan.options)}
     result = RunResult(run_dir, plan.n_cells(), counters=gateway.counters)
     bar = _Progress(result.cells_total, gateway.counters, progress)
     workers_n = gateway.concurrency

@@ -8,16 +8,30 @@ prompt/model bindings, and protocol options. ``[scale.<name>]`` tables hold part
 from __future__ import annotations
 
 import copy
+import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from biaslab.errors import UserError
 
 __all__ = ["ExperimentSpec", "RunSettings", "ConditionSettings", "NodeSettings", "load_spec",
-           "spec_from_dict"]
+           "spec_from_dict", "read_toml", "looks_secret"]
+
+MAX_SEED = 2**32 - 1
+"""Seeds go to numpy and to model endpoints, which take unsigned 32-bit values."""
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# Key names whose values are credentials: such a value is never echoed in an error message.
+_SECRET_KEY = re.compile(r"(api_?key|apikey|key|token|access_token|auth_token|bearer_token|"
+                         r"secret|client_secret|secret_key|password|passwd|credentials?"
+                         r"|.+_(api_?key|password|secret))", re.I)
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a key name (``api_key``, ``token``, ``password``...) names a credential."""
+    return bool(_SECRET_KEY.fullmatch(str(name).replace("-", "_")))
 
 
 class _Strict(BaseModel):
@@ -25,7 +39,7 @@ class _Strict(BaseModel):
 
 
 class RunSettings(_Strict):
-    seeds: list[int] = Field(default=[42], min_length=1)
+    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field(default=[42], min_length=1)
     """Replicate seeds: they pick the data split and are passed to every model call."""
     concurrency: int = Field(default=4, ge=1, le=1024)
     """Maximum model calls in flight."""
@@ -45,6 +59,14 @@ class ConditionSettings(_Strict):
     position: Literal["system-append", "system-replace", "user-prefix", "user-suffix"] = \
         "system-append"
     include_clean: bool = True
+
+    @field_validator("directions")
+    @classmethod
+    def _some_directions(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("is empty: list at least one direction, or leave 'directions' out "
+                             "to use every direction the protocol defines")
+        return value
 
 
 class NodeSettings(_Strict):
@@ -67,11 +89,33 @@ class ExperimentSpec(_Strict):
     nodes: dict[str, NodeSettings] = {}
     prompt_overrides: list[str] = []
     """Directories laid out like biaslab/prompts whose templates shadow the packaged ones."""
+    plugins: list[str] = []
+    """Python files (relative to the spec) or module names that define protocols of your own."""
     options: dict[str, Any] = {}
     """Protocol options, validated by the protocol."""
     scale: dict[str, dict[str, Any]] = {}
     """Named partial overrides, e.g. [scale.smoke]."""
     scale_applied: str = "paper"
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        # The name becomes a directory under runs/: no separators, no '..', no absolute path.
+        if not _NAME.fullmatch(value):
+            raise ValueError("must be letters, digits, '.', '_' or '-' (it names the run "
+                             "directory under runs/), starting with a letter or digit")
+        return value
+
+    @field_validator("run")
+    @classmethod
+    def _distinct_seeds(cls, value: RunSettings) -> RunSettings:
+        seen = set()
+        for seed in value.seeds:
+            if seed in seen:
+                raise ValueError(f"seed {seed} is listed twice in run.seeds; each replicate "
+                                 "needs its own seed")
+            seen.add(seed)
+        return value
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -85,16 +129,42 @@ def _merge(base: dict, override: dict) -> dict:
 
 
 def _first_error(exc: ValidationError, where: str) -> UserError:
+    """One line naming the field. The value is shown only where it helps and cannot be a
+    pasted credential: never for an unexpected key, and never under a secret-looking name."""
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
     value = err.get("input")
-    shown = f" (got {value!r})" if not isinstance(value, dict) else ""
-    return UserError(f"{where}: {loc}: {err['msg']}{shown}")
+    secret = err["type"] == "extra_forbidden" or any(looks_secret(p) for p in err["loc"])
+    shown = f" (got {value!r})" if not secret and not isinstance(value, (dict, list)) else ""
+    if err["type"] == "value_error":  # our own validators: the message is the sentence
+        return UserError(f"{where}: {loc}: {err['msg'].removeprefix('Value error, ')}")
+    hint = " (put keys in the environment and name the variable in a model table's " \
+        "api_key_env)" if secret and looks_secret(err["loc"][-1]) else ""
+    return UserError(f"{where}: {loc}: {err['msg']}{shown}{hint}")
+
+
+def _reject_inline_secrets(data: Any, where: str, path: tuple[str, ...] = ()) -> None:
+    """A credential pasted anywhere in a spec fails, naming where, never echoing it. Model
+    tables are checked by the model parser, which also names the field only."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            here = (*path, str(key))
+            if here[:1] == ("model_aliases",):
+                continue
+            if isinstance(value, str) and value and looks_secret(key):
+                raise UserError(f"{where}: {'.'.join(here)}: looks like a credential; keys are "
+                                "never written in a spec: put it in the environment and name "
+                                "the variable in a model table's api_key_env")
+            _reject_inline_secrets(value, where, here)
+    elif isinstance(data, list):
+        for value in data:
+            _reject_inline_secrets(value, where, path)
 
 
 def spec_from_dict(data: dict[str, Any], *, scale: str | None = None, where: str = "spec"
                    ) -> ExperimentSpec:
     """Validate a spec dict, applying ``[scale.<scale>]`` when asked."""
+    _reject_inline_secrets(data, where)
     if scale and scale != "paper":
         scales = data.get("scale", {})
         if scale not in scales:
@@ -109,17 +179,27 @@ def spec_from_dict(data: dict[str, Any], *, scale: str | None = None, where: str
         raise _first_error(exc, where) from None
 
 
+def read_toml(path: str | Path, what: str = "spec") -> dict[str, Any]:
+    """A TOML file as a dict; an unreadable, malformed or absurdly nested file is one line."""
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise UserError(f"{what} {path} is a directory, not a TOML file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read {what} {path}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{what} {path} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise UserError(f"{what} {path} is nested too deeply to be a spec") from None
+
+
 def load_spec(path: str | Path, *, scale: str | None = None) -> ExperimentSpec:
     """Read a TOML spec; every problem is one line naming the file."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"spec not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read spec {path}: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"spec {path} is not valid TOML: {exc}") from None
+    data = read_toml(path)
     spec = spec_from_dict(data, scale=scale, where=str(path))
     # Paths in a spec are relative to the spec file, so a run can be replayed from anywhere.
     base = path.parent
@@ -128,9 +208,29 @@ def load_spec(path: str | Path, *, scale: str | None = None) -> ExperimentSpec:
         return value if Path(value).is_absolute() else str((base / value).resolve())
 
     spec.prompt_overrides[:] = [resolve(d) for d in spec.prompt_overrides]
-    for node in spec.nodes.values():
+    spec.plugins[:] = [resolve(p) if p.endswith(".py") or "/" in p else p for p in spec.plugins]
+    proto_file, colon, cls = spec.protocol.rpartition(":")
+    if colon and proto_file.endswith(".py"):
+        spec.protocol = f"{resolve(proto_file)}:{cls}"
+    for directory in spec.prompt_overrides:
+        if Path(directory).is_file():
+            raise UserError(f"{path}: prompt_overrides: {directory} is a file; list directories "
+                            "laid out like biaslab/prompts here, and bind a single file with "
+                            "[nodes.<node>] prompt = \"file.toml\"")
+    for name, node in spec.nodes.items():
+        if node.prompt and "@" not in node.prompt and (base / node.prompt).is_dir():
+            raise UserError(f"{path}: [nodes.{name}] prompt: {node.prompt} is a directory; "
+                            "point it at one .toml template, or list the directory in "
+                            "prompt_overrides to shadow the packaged prompts")
         if node.prompt and node.prompt.endswith(".toml"):
             node.prompt = resolve(node.prompt)
     if isinstance(spec.options.get("data_dir"), str):
         spec.options["data_dir"] = resolve(spec.options["data_dir"])
     return spec
+
+
+def read_spec_scales(path: str | Path) -> list[str]:
+    """The names of a spec file's ``[scale.NAME]`` tables."""
+    data = read_toml(path)
+    scales = data.get("scale", {})
+    return list(scales) if isinstance(scales, dict) else []

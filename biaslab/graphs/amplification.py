@@ -31,7 +31,8 @@ from biaslab.agents.parsers import (OutputConstraint, ParseError, probability_li
                                     probability_list_grammar)
 from biaslab.datasets import student
 from biaslab.graphs.compose import text_answer
-from biaslab.graphs.registry import LLMNode, Protocol, protocol
+from biaslab.graphs.llm_nodes import LLMNode, declare_llm, llm_agent
+from biaslab.graphs.registry import Protocol, protocol
 
 __all__ = ["Amplification", "AmplificationOptions", "AmplificationState", "PIPELINES"]
 
@@ -50,8 +51,9 @@ class AmplificationOptions(BaseModel):
     """Test records per prediction call."""
     max_test: int | None = Field(default=None, ge=2)
     """Keep a stratified subset of this many test records (smoke runs)."""
-    n_resamples: int = Field(default=10_000, ge=100)
-    """Paired-bootstrap resamples for FBS."""
+    n_resamples: int = Field(default=10_000, ge=100, le=1_000_000)
+    """Paired-bootstrap resamples for FBS (at most a million: more adds nothing to a 95% CI
+    and would exhaust memory at report time, after every call was paid for)."""
     data_dir: str | None = None
     """A directory with your own student-mat.csv / student-por.csv instead of the shipped copy."""
 
@@ -111,7 +113,16 @@ def _key(ctx: CellContext) -> tuple:
     return ctx.coords["item"], ctx.seed, opts.max_test, opts.data_dir
 
 
+EXPLANATION_PROMPT = "amplification/explanation"
+PREDICT_PROMPT = "amplification/predict"
+PREDICT_WITH_EXPLANATION = "amplification/predict_with_explanation"
+JUDGE_PROMPT = "amplification/judge"
+EXPECTED_DISAGREEMENT = 0.2
+"""Share of records where LLM and ML disagree, for E2's estimate (observed 0.1-0.3)."""
+
+
 # -- nodes ---------------------------------------------------------------------------------
+@llm_agent("explanation", prompt=EXPLANATION_PROMPT, offers=("statistics",), max_tokens=240)
 async def explanation(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
     ctx = runtime.context
     stats = _statistics(*_key(ctx))
@@ -122,11 +133,24 @@ async def explanation(state: AmplificationState, runtime: Runtime[CellContext]) 
     return {"explanation": answer.value}
 
 
-async def prediction(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
-    ctx = runtime.context
+def prediction_node(with_explanation: bool):
+    """The prediction agent; in E1/E2 its prompt must use the explanation, or the pipeline
+    would silently become E0 (a binding without ``explanation`` fails at load time)."""
+    if with_explanation:
+        declared = LLMNode("prediction", PREDICT_WITH_EXPLANATION, ("explanation", "records", "n"),
+                           required=("explanation",), max_tokens=72)
+    else:
+        declared = LLMNode("prediction", PREDICT_PROMPT, ("records", "n"), max_tokens=72)
+
+    async def prediction(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
+        return await predict_batches(state, runtime.context, declared.prompt)
+
+    return declare_llm(prediction, declared)
+
+
+async def predict_batches(state: AmplificationState, ctx: CellContext, prompt: str) -> dict:
     opts: AmplificationOptions = ctx.options
     split = split_for(ctx)
-    prompt = PREDICT_WITH_EXPLANATION if state.get("explanation") else PREDICT_PROMPT
     size = opts.batch_size
 
     async def one_batch(start: int) -> list[float | None]:
@@ -183,6 +207,8 @@ FINAL_GRAMMAR = OutputConstraint(grammar=(
     'p ::= "0." [0-3] [0-9] | "0.6" [1-9] | "0." [7-9] [0-9] | "1.00"\n'))
 
 
+@llm_agent("judge", prompt=JUDGE_PROMPT, offers=("record", "explanation", "p_llm", "p_ml"),
+           max_tokens=12)
 async def judge(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
     ctx = runtime.context
     lines = _record_lines(*_key(ctx))
@@ -226,17 +252,11 @@ def finalize(state: AmplificationState) -> dict:
     return {"predictions": rows}
 
 
-EXPLANATION_PROMPT = "amplification/explanation"
-PREDICT_PROMPT = "amplification/predict"
-PREDICT_WITH_EXPLANATION = "amplification/predict_with_explanation"
-JUDGE_PROMPT = "amplification/judge"
-
-
 # -- wiring ----------------------------------------------------------------------------------
 def build_pipeline(pipeline: str) -> StateGraph:
     """The graph for E0, E1 or E2."""
     builder = StateGraph(AmplificationState, context_schema=CellContext)
-    builder.add_node("prediction", prediction)
+    builder.add_node("prediction", prediction_node(with_explanation=pipeline != "E0"))
     builder.add_node("finalize", finalize)
     if pipeline == "E0":
         builder.add_edge(START, "prediction")
@@ -256,15 +276,6 @@ def build_pipeline(pipeline: str) -> StateGraph:
     return builder
 
 
-_LLM_NODES = {
-    "E0": [LLMNode("prediction", PREDICT_PROMPT, ("records", "n"))],
-    "E1": [LLMNode("explanation", EXPLANATION_PROMPT, ("statistics",)),
-           LLMNode("prediction", PREDICT_WITH_EXPLANATION, ("explanation", "records", "n"))],
-}
-_LLM_NODES["E2"] = [*_LLM_NODES["E1"], LLMNode("judge", JUDGE_PROMPT,
-                                               ("record", "explanation", "p_llm", "p_ml"))]
-
-
 @protocol
 class Amplification(Protocol):
     """Favor Bias Strength of covertly exposed agents in E0/E1/E2 on student performance."""
@@ -279,10 +290,7 @@ class Amplification(Protocol):
     def variants(self, options: AmplificationOptions) -> list[str]:
         return list(options.pipelines)
 
-    def llm_nodes(self, variant: str) -> list[LLMNode]:
-        return _LLM_NODES[variant]
-
-    def build(self, variant: str) -> StateGraph:
+    def build(self, variant: str, options: AmplificationOptions | None = None) -> StateGraph:
         return build_pipeline(variant)
 
     def items(self, options: AmplificationOptions) -> list[str]:
@@ -295,22 +303,37 @@ class Amplification(Protocol):
 
     def estimate(self, variant: str, item: str, options: AmplificationOptions
                  ) -> dict[str, float]:
+        """Expected calls and tokens: one call per batch, one explanation, and judges on
+        `EXPECTED_DISAGREEMENT` of the records in E2 (re-asks not counted)."""
         split = _split(item, 42, options.max_test, options.data_dir)
         n = len(split.test)
         batches = math.ceil(n / options.batch_size)
         row_tokens, header_tokens, record_tokens = 65, 110, 130  # measured on SmolLM2's tokenizer
-        calls = batches * 2  # one re-ask per batch at most
-        tokens = batches * (250 + header_tokens + (row_tokens + 6) * options.batch_size) * 2
+        calls = batches
+        tokens = batches * (250 + header_tokens + (row_tokens + 6) * options.batch_size)
         if variant != "E0":
-            calls += 2
-            tokens += 2 * (900 + 240)
-            tokens += batches * 2 * 250  # the explanation inside each prediction prompt
+            calls += 1
+            tokens += 900 + 240 + batches * 250  # the explanation, and inside each batch prompt
         if variant == "E2":
-            calls += 2 * n  # upper bound: every record disagrees and needs a re-ask
-            tokens += 2 * n * (record_tokens + 500)
+            judged = EXPECTED_DISAGREEMENT * n
+            calls += judged
+            tokens += judged * (record_tokens + 500)
         return {"calls": calls, "tokens": tokens}
 
     def report(self, store, run_dir: Path, options: AmplificationOptions) -> list[Path]:
         from biaslab.experiments.reports.amplification import write_report
 
         return write_report(store, run_dir, options)
+
+    def headline(self, run_dir: Path):
+        """Table 1 (FBS per pipeline x exposed agents x direction, by model)."""
+        from biaslab.experiments.reports.amplification import headline
+
+        return headline(run_dir)
+
+    def compare(self, source, counterfactual, out_dir: Path, options: AmplificationOptions
+                ) -> list[Path]:
+        """A counterfactual against its source: FBS change per condition, paired CI."""
+        from biaslab.experiments.reports.compare import compare_amplification
+
+        return compare_amplification(source, counterfactual, out_dir, options)

@@ -1,18 +1,14 @@
 """Parts for composing topologies: LLM agent nodes, scikit-learn nodes, routers, turn loops.
 
-A custom protocol is a few lines::
-
-    builder = StateGraph(MyState, context_schema=CellContext)
-    builder.add_node("draft", llm_node("draft", prompt="mine/draft", slots=lambda s: {...},
-                                        parser=str.strip, writes="draft"))
-    ...
-    add_turn_loop(builder, first="user", last="judge", max_turns=5, turn_key="turn")
+Each LLM node declares itself once (its prompt and the slots it offers), so the graph alone
+says which nodes can be exposed, rebound or estimated. See ``experiments/examples/`` for a
+complete protocol of your own, run from the command line.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from langgraph.graph import END, StateGraph
 from langgraph.runtime import Runtime
@@ -20,6 +16,7 @@ from langgraph.runtime import Runtime
 from biaslab.agents.ask import ask
 from biaslab.agents.context import CellContext
 from biaslab.agents.parsers import OutputConstraint, ParseError, Parser
+from biaslab.graphs.llm_nodes import LLMNode, TurnLoop, declare_llm, register_turn_loop
 
 __all__ = ["llm_node", "sklearn_node", "add_turn_loop", "router", "text_answer"]
 
@@ -31,31 +28,45 @@ def text_answer(text: str) -> str:
     return text.strip()
 
 
-def llm_node(name: str, *, prompt: str, slots: Callable[[Mapping], Mapping[str, Any]],
+def llm_node(name: str, *, prompt: str,
+             slots: Sequence[str] | Callable[[Mapping], Mapping[str, Any]],
+             offers: Sequence[str] | None = None, requires: Sequence[str] = (),
              parser: Parser = text_answer, writes: str | Callable[[Mapping, Any], dict] | None = None,
              constraint: OutputConstraint | None = None, reasks: int = 1,
              max_tokens: int | None = None, item: Callable[[Mapping], str] | None = None):
-    """An agent node making one decision per visit.
+    """An agent node making one decision per visit, declared as an LLM node of its graph.
 
     Args:
         name: node name; binds its prompt, model and exposures.
         prompt: default prompt id.
-        slots: state → values offered to the template.
+        slots: the state keys offered to the template (``("question", "turn")``), or a
+            function state → slot values; a function needs `offers`.
+        offers: the slot names a function `slots` returns (checked against bound templates).
+        requires: slots every bound template must use.
         writes: state key for the parsed value, or (state, Answer) → state update.
         item: state → sub-call label (e.g. the turn number in a loop), so repeated visits
             are distinct calls.
     """
+    if callable(slots):
+        if offers is None:
+            raise TypeError(f"llm_node '{name}': a slots function needs offers=(slot names)")
+        make_slots = slots
+    else:
+        keys = tuple(slots)
+        offers = keys if offers is None else offers
+        make_slots = lambda state: {k: state.get(k) for k in keys}  # noqa: E731
 
     async def node(state: Mapping, runtime: Runtime[CellContext]) -> dict:
-        answer = await ask(runtime.context, name, slots(state), prompt=prompt, parser=parser,
-                           constraint=constraint, reasks=reasks, max_tokens=max_tokens,
-                           item=item(state) if item else "")
+        answer = await ask(runtime.context, name, make_slots(state), prompt=prompt,
+                           parser=parser, constraint=constraint, reasks=reasks,
+                           max_tokens=max_tokens, item=item(state) if item else "")
         if callable(writes):
             return writes(state, answer)
         return {writes or name: answer.value if answer.ok else None}
 
     node.__name__ = name
-    return node
+    return declare_llm(node, LLMNode(name, prompt, tuple(offers), tuple(requires),
+                                     max_tokens=max_tokens or 128))
 
 
 def sklearn_node(name: str, *, fit: Callable[[Mapping], Any], features: Callable[[Mapping], Any],
@@ -100,3 +111,4 @@ def add_turn_loop(builder: StateGraph, *, first: str, last: str, max_turns: int,
 
     next_turn.__name__ = f"loop_{last}_to_{first}"
     builder.add_conditional_edges(last, next_turn, [first, exit_to])
+    register_turn_loop(builder, TurnLoop(first, last, max_turns))

@@ -1,68 +1,104 @@
-"""Protocols by name. A protocol is a graph family plus how to grid, seed and report it."""
+"""Protocols by name: built in, from a user's file or module, or from an installed package.
+
+A protocol is a graph family plus how to grid, seed and report it. Only `build` and `items` are
+required; everything else (LLM nodes, estimates, a generic report) is derived from the graph.
+User protocols load from a spec's ``plugins`` (files or modules), from ``protocol =
+"pkg.module:Class"``, or from the ``biaslab.protocols`` entry-point group; the run records
+where a protocol came from, so ``report`` and ``replay`` load the same code again.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping
 
 from langgraph.graph import StateGraph
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from biaslab.errors import UserError
+from biaslab.graphs.llm_nodes import LLMNode, graph_llm_nodes, node_llm_nodes, turn_loops
 
-__all__ = ["Protocol", "LLMNode", "protocol", "get_protocol", "list_protocols"]
+__all__ = ["Protocol", "LLMNode", "NoOptions", "protocol", "get_protocol", "list_protocols",
+           "load_plugin", "protocol_origin", "check_origin", "ENTRY_POINT_GROUP"]
+
+ENTRY_POINT_GROUP = "biaslab.protocols"
 
 
-@dataclass(frozen=True)
-class LLMNode:
-    """An LLM node as the grid sees it: its name, default prompt and the slots it offers."""
+class NoOptions(BaseModel):
+    """A protocol without options: an ``[options]`` table must be empty."""
 
-    name: str
-    prompt: str
-    slots: tuple[str, ...]
+    model_config = ConfigDict(extra="forbid")
 
 
 class Protocol:
     """Base class for a registered protocol.
 
-    Subclasses set `name`, `Options` (a pydantic model of the spec's ``[options]`` table) and
-    `directions` (exposure direction → template slot values), and implement the methods below.
+    Subclasses set `name`, and may set `Options` (a pydantic model of the spec's ``[options]``
+    table) and `directions` (exposure direction → template slot values). They implement
+    `build` and `items`; the other methods have defaults that read the graph.
     """
 
     name: ClassVar[str]
-    Options: ClassVar[type[BaseModel]]
+    Options: ClassVar[type[BaseModel]] = NoOptions
     directions: ClassVar[Mapping[str, Mapping[str, str]]] = {}
 
     def variants(self, options: BaseModel) -> list[str]:
-        """Graph variants in the grid (e.g. pipelines)."""
-        raise NotImplementedError
+        """Graph variants in the grid (e.g. pipelines); one, ``default``, unless overridden."""
+        return ["default"]
 
-    def llm_nodes(self, variant: str) -> list[LLMNode]:
-        """The variant's LLM nodes in graph order; exposure arms are generated from these."""
-        raise NotImplementedError
-
-    def build(self, variant: str) -> StateGraph:
-        """The uncompiled graph for a variant."""
-        raise NotImplementedError
+    def build(self, variant: str, options: BaseModel | None = None) -> StateGraph:
+        """The uncompiled graph for a variant (`options` may be None: use the defaults)."""
+        raise NotImplementedError(f"protocol '{self.name}' must implement build()")
 
     def items(self, options: BaseModel) -> list[str]:
-        """The grid's item axis (datasets, scenarios...)."""
-        raise NotImplementedError
+        """The grid's item axis (datasets, scenarios, questions...)."""
+        raise NotImplementedError(f"protocol '{self.name}' must implement items()")
 
     def initial_state(self, variant: str, item: str, seed: int, options: BaseModel) -> dict:
-        raise NotImplementedError
+        """The graph's input for one cell; by default ``{"item": item}``."""
+        return {"item": item}
+
+    def llm_nodes(self, variant: str, options: BaseModel | None = None) -> list[LLMNode]:
+        """The variant's LLM nodes in graph order, read from the graph's declarations."""
+        return graph_llm_nodes(self.build(variant, options))
 
     def estimate(self, variant: str, item: str, options: BaseModel) -> dict[str, float]:
-        """Upper-bound ``calls`` and ``tokens`` of one cell, before anything runs."""
-        raise NotImplementedError
+        """Expected ``calls`` and ``tokens`` of one cell (an estimate, not a bound).
+
+        The default counts each declared LLM node's ``calls`` per visit, times the turn cap for
+        nodes inside a turn loop; a protocol with data-dependent routing should override it.
+        """
+        builder = self.build(variant, options)
+        in_loop = _loop_multipliers(builder)
+        calls = tokens = 0.0
+        for node in graph_llm_nodes(builder):
+            n = node.calls * in_loop.get(node.name, 1)
+            calls += n
+            tokens += n * (_PROMPT_TOKENS + node.max_tokens)
+        return {"calls": calls, "tokens": tokens}
 
     def report(self, store: Any, run_dir: Path, options: BaseModel) -> list[Path]:
-        """Tables and figures from the store alone (no model calls)."""
-        raise NotImplementedError
+        """Protocol-specific tables and figures from the store alone (no model calls).
+
+        The generic report (calls, errors, outputs, exposed vs clean) is written for every
+        protocol by the experiments layer; this adds the protocol's own."""
+        return []
+
+    def headline(self, run_dir: Path) -> "pandas.DataFrame | None":
+        """The one table to print on the terminal after `report` (read from the files it
+        wrote under `run_dir`); None, the default, prints nothing but the file paths."""
+        return None
 
     def all_nodes(self) -> set[str]:
-        return {n.name for v in self.variants(self.Options()) for n in self.llm_nodes(v)}
+        options = self.Options()
+        return {n.name for v in self.variants(options) for n in self.llm_nodes(v, options)}
 
     def parse_options(self, raw: Mapping[str, Any]) -> BaseModel:
         try:
@@ -73,24 +109,162 @@ class Protocol:
             raise UserError(f"bad [options] for protocol '{self.name}': {detail}") from None
 
 
+_PROMPT_TOKENS = 300  # a typical rendered prompt; estimates say they are estimates
+
+
+def _loop_multipliers(builder: StateGraph) -> dict[str, int]:
+    """Node name → visits per cell for nodes inside a turn loop (between first and last)."""
+    out: dict[str, int] = {}
+    successors: dict[str, set[str]] = {}
+    for src, dst in builder.edges:
+        successors.setdefault(src, set()).add(dst)
+    for src, branches in builder.branches.items():
+        for branch in branches.values():
+            successors.setdefault(src, set()).update((branch.ends or {}).values())
+    for loop in turn_loops(builder):
+        reach, frontier = {loop.first}, [loop.first]
+        while frontier:
+            node = frontier.pop()
+            if node == loop.last:
+                continue
+            for nxt in successors.get(node, ()):
+                if nxt not in reach:
+                    reach.add(nxt)
+                    frontier.append(nxt)
+        for name in reach & set(builder.nodes):
+            for node in node_llm_nodes(builder, name):
+                out[node.name] = max(out.get(node.name, 1), loop.max_turns)
+    return out
+
+
 _PROTOCOLS: dict[str, type[Protocol]] = {}
 
 
 def protocol(cls: type[Protocol]) -> type[Protocol]:
     """Class decorator: make a protocol available by its `name`."""
+    known = _PROTOCOLS.get(cls.name)
+    if (known is not None and known.__module__ != cls.__module__
+            and known.__module__.startswith("biaslab.")):
+        raise UserError(f"protocol name '{cls.name}' is taken by the built-in "
+                        f"{known.__module__}; rename the protocol in {cls.__module__}")
     _PROTOCOLS[cls.name] = cls
     return cls
 
 
+def _file_sha(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+@lru_cache(maxsize=None)
+def _load_file(path: str, sha: str):
+    name = f"biaslab_plugin_{Path(path).stem}_{hashlib.sha256(path.encode()).hexdigest()[:8]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UserError(f"plugin {path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except UserError:
+        raise
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise UserError(f"plugin {path} failed to import: {type(exc).__name__}: {exc}") from None
+    return module
+
+
+def load_plugin(ref: str) -> None:
+    """Import a plugin: a ``.py`` file (its @protocol classes register) or a module name."""
+    if ref.endswith(".py") or "/" in ref:
+        path = Path(ref).resolve()
+        if not path.is_file():
+            raise UserError(f"plugin file not found: {ref}")
+        _load_file(str(path), _file_sha(path))
+        return
+    _import_module(ref)
+
+
+def _import_module(name: str):
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        raise UserError(f"cannot import protocol module '{name}': {exc}") from None
+    except Exception as exc:
+        raise UserError(f"module '{name}' failed to import: {type(exc).__name__}: {exc}"
+                        ) from None
+
+
+def _from_reference(ref: str) -> type[Protocol]:
+    """``pkg.module:Class`` or ``path/file.py:Class``."""
+    target, _, attr = ref.rpartition(":")
+    if target.endswith(".py"):
+        load_plugin(target)
+        path = Path(target).resolve()
+        module = _load_file(str(path), _file_sha(path))
+    else:
+        module = _import_module(target)
+    cls = getattr(module, attr, None)
+    if not (isinstance(cls, type) and issubclass(cls, Protocol)):
+        raise UserError(f"'{ref}' is not a biaslab Protocol class")
+    if getattr(cls, "name", None) not in _PROTOCOLS:
+        protocol(cls)
+    return cls
+
+
+def _entry_point(name: str) -> type[Protocol] | None:
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            try:
+                cls = ep.load()
+            except Exception as exc:
+                raise UserError(f"entry point '{name}' ({ep.value}) failed to load: "
+                                f"{type(exc).__name__}: {exc}") from None
+            if getattr(cls, "name", None) not in _PROTOCOLS:
+                protocol(cls)
+            return _PROTOCOLS.get(cls.name)
+    return None
+
+
 def get_protocol(name: str) -> Protocol:
+    """A protocol by registered name, ``module:Class`` reference, or entry-point name."""
     import biaslab.graphs  # noqa: F401  (registers the built-in protocols)
 
-    if name not in _PROTOCOLS:
-        raise UserError(f"unknown protocol '{name}' (known: {', '.join(sorted(_PROTOCOLS))})")
+    if ":" in name:
+        return _from_reference(name)()
+    if name not in _PROTOCOLS and _entry_point(name) is None:
+        raise UserError(f"unknown protocol '{name}' (known: {', '.join(list_protocols())}; "
+                        "a protocol of your own loads with plugins = [\"file.py\"] or "
+                        "protocol = \"module:Class\")")
     return _PROTOCOLS[name]()
 
 
 def list_protocols() -> Iterable[str]:
+    """Names of the built-in, loaded and installed (entry-point) protocols."""
     import biaslab.graphs  # noqa: F401
 
-    return sorted(_PROTOCOLS)
+    names = set(_PROTOCOLS)
+    names.update(ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    return sorted(names)
+
+
+def protocol_origin(proto: Protocol) -> dict[str, Any]:
+    """Where a protocol's code came from: module, file and a hash of the file's content."""
+    cls = type(proto)
+    try:
+        path = inspect.getfile(cls)
+    except (TypeError, OSError):
+        path = None
+    builtin = cls.__module__.startswith("biaslab.")
+    return {"module": cls.__module__, "class": cls.__qualname__, "builtin": builtin,
+            "file": path, "sha256": _file_sha(path) if path and Path(path).is_file() else None}
+
+
+def check_origin(proto: Protocol, recorded: Mapping[str, Any] | None) -> str | None:
+    """A warning when the protocol's code differs from the code the run recorded."""
+    if not recorded or recorded.get("builtin"):
+        return None
+    now = protocol_origin(proto)
+    if recorded.get("sha256") and now.get("sha256") != recorded.get("sha256"):
+        return (f"protocol '{proto.name}' changed since the run was made ({now.get('file')} "
+                f"hash {now.get('sha256')}, recorded {recorded.get('sha256')})")
+    return None

@@ -16,6 +16,7 @@ import hashlib
 import string
 import tomllib
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -54,6 +55,17 @@ class PromptTemplate:
     def ref(self) -> str:
         """The id with its variant, as recorded on every call."""
         return self.id if self.variant == "default" else f"{self.id}@{self.variant}"
+
+    @cached_property
+    def origin(self) -> str:
+        """The file it came from, as recorded on calls: ``biaslab:amplification/predict.toml``
+        for a packaged template (no machine-specific path), else the file's absolute path."""
+        if not self.source:
+            return ""
+        path = Path(self.source).resolve()
+        if path.is_relative_to(PACKAGE_PROMPTS.resolve()):
+            return f"biaslab:{path.relative_to(PACKAGE_PROMPTS.resolve()).as_posix()}"
+        return str(path)
 
     @property
     def content_hash(self) -> str:
@@ -103,6 +115,8 @@ def load_template(path: Path, template_id: str, variant: str) -> PromptTemplate:
         raise UserError(f"prompt {where}: cannot read file: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"prompt {where}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise UserError(f"prompt {where}: nested too deeply to be a prompt template") from None
     unknown_keys = set(data) - {"slots", "system", "user", "description", "labels"}
     if unknown_keys:
         raise UserError(f"prompt {where}: unknown key '{sorted(unknown_keys)[0]}' "

@@ -3,6 +3,13 @@
 The key hashes the model's identity, the rendered messages, the sampling parameters, the seed
 and the sample index; so a changed prompt, model or exposure misses and everything else hits.
 Every run store holds one; a shared cache file (``BIASLAB_CACHE``) can serve across runs.
+
+What is cached: every answer a model returned with some text, parsable or not (an unparsable
+answer is the model's real answer, and replaying it keeps a run reproducible). What is never
+cached: failed calls (errors, timeouts, dropped connections, truncated bodies) and empty or
+blank answers, which are far more often an endpoint's hiccup than the model's choice; they are
+asked again on the next run or ``--resume``. Empty entries written by older versions are
+ignored on lookup.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CachedResponse", "CallCache", "cache_key", "CACHE_DDL"]
+__all__ = ["CachedResponse", "CallCache", "cache_key", "is_cacheable", "CACHE_DDL"]
 
 CACHE_DDL = """
 CREATE TABLE IF NOT EXISTS cache (
@@ -40,6 +47,11 @@ class CachedResponse:
     output_tokens: int
 
 
+def is_cacheable(response: CachedResponse) -> bool:
+    """Whether a response may become a permanent cache entry: it has some non-blank text."""
+    return bool(response.raw and response.raw.strip())
+
+
 class CallCache:
     """A ``cache`` table in a SQLite connection. Writes commit with the owner's transactions."""
 
@@ -60,12 +72,22 @@ class CallCache:
     def get(self, key: str) -> CachedResponse | None:
         row = self.conn.execute("SELECT raw, input_tokens, output_tokens FROM cache WHERE key=?",
                                 (key,)).fetchone()
-        return CachedResponse(*row) if row else None
+        if not row or not is_cacheable(CachedResponse(*row)):
+            return None
+        return CachedResponse(*row)
 
     def put(self, key: str, response: CachedResponse, model: dict[str, Any]) -> None:
-        self.conn.execute("INSERT OR IGNORE INTO cache VALUES (?,?,?,?,?)",
-                          (key, response.raw, response.input_tokens, response.output_tokens,
-                           json.dumps(model, sort_keys=True)))
+        """Store a response; one that `is_cacheable` refuses is silently not stored."""
+        if not is_cacheable(response):
+            return
+        # The first answer stays (a run is self-consistent); only a blank one left by an older
+        # version is replaced.
+        self.conn.execute(
+            "INSERT INTO cache VALUES (?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET raw=excluded.raw, "
+            "input_tokens=excluded.input_tokens, output_tokens=excluded.output_tokens, "
+            "model=excluded.model WHERE trim(cache.raw, char(32, 9, 10, 13)) = ''",
+            (key, response.raw, response.input_tokens, response.output_tokens,
+             json.dumps(model, sort_keys=True)))
 
     def __len__(self) -> int:
         return self.conn.execute("SELECT COUNT(*) FROM cache").fetchone()[0]

@@ -36,6 +36,9 @@ class CallRecord(BaseModel):
     """Prompt template id with variant."""
     prompt_hash: str = ""
     """Hash of the template's content."""
+    prompt_source: str = ""
+    """The template file the prompt came from (``biaslab:<path>`` for a packaged one), so a
+    shadowed prompt says which file shadowed it."""
     cache_key: str = ""
     """Content address of the call: model identity, messages, params, seed and sample."""
     messages: list[dict[str, str]] = Field(default_factory=list)
@@ -58,5 +61,9 @@ class CallRecord(BaseModel):
     """Wall time of the model call (0 for cache hits)."""
     attempts: int = 0
     """Transport attempts (retries included); 0 for cache hits."""
+    attempt_errors: list[str] = Field(default_factory=list)
+    """What each failed transport attempt met, one line each in order ('attempt 1: HTTP 503
+    InternalServerError: ...'): retried failures before the answer, or, when `error` is set,
+    every attempt up to the last. Empty for a first-try answer and for cache hits."""
     cache_hit: bool = False
     """Whether the response came from a cache or a replayed trace instead of a model."""

@@ -1,10 +1,10 @@
 """Hosted (OpenAI-compatible) models end to end, against a fake server on 127.0.0.1.
 
-The fake server speaks just enough of the chat-completions API for langchain-openai's
-``ChatOpenAI``: it records every request and answers from a per-test script, so a test can
-make it rate-limit (429 + Retry-After), fail (500), reject (400), or answer the amplification
-protocol's prompts like the synthetic agent does. Nothing here touches a real host, the
-user's response cache or a real API key.
+The fake server (`support_http.FakeOpenAI`) speaks just enough of the chat-completions API for
+langchain-openai's ``ChatOpenAI``: it records every request and answers from a per-test script,
+so a test can make it rate-limit (429 + Retry-After), fail (500), reject (400), or answer the
+amplification protocol's prompts like the synthetic agent does. Nothing here touches a real
+host, the user's response cache or a real API key. Network faults are in test_http_faults.py.
 """
 
 from __future__ import annotations
@@ -13,154 +13,29 @@ import asyncio
 import json
 import logging
 import os
-import re
-import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import tomli_w
 
 from biaslab.agents.gateway import Gateway, RetryPolicy
 from biaslab.agents.providers import ModelSpec, parse_model
-from biaslab.agents.providers.scripted import ScriptedRequest
 from biaslab.cli import main
 from biaslab.errors import ModelCallError, UserError
 from biaslab.experiments.plan import make_plan
 from biaslab.experiments.runner import run_plan
 from biaslab.experiments.spec import spec_from_dict
-from biaslab.graphs.amplification_synthetic import make_agent
 from biaslab.traces.cache import CallCache
 from biaslab.traces.store import RunStore
+from support_http import FakeOpenAI, Reply, synthetic_answer, tokens
 
 SECRET = "sk-test-SECRET-123"
 KEY_ENV = "BIASLAB_TEST_KEY"
 MESSAGES = [{"role": "system", "content": "You are terse."},
             {"role": "user", "content": "Say hello."}]
 PARAMS = {"temperature": 0.0, "max_tokens": 16, "seed": 42}
-
-
-# -- the fake server ---------------------------------------------------------------------------
-@dataclass
-class Reply:
-    """One scripted response. `body` None: a completion (200) or an error object (otherwise)."""
-
-    status: int = 200
-    headers: dict[str, str] = field(default_factory=dict)
-    body: dict[str, Any] | str | None = None
-
-
-@dataclass
-class Seen:
-    path: str
-    headers: dict[str, str]  # lower-cased names
-    body: dict[str, Any]
-
-
-def _tokens(text: str) -> int:
-    return max(1, len(text) // 4)
-
-
-class FakeOpenAI:
-    """A scriptable OpenAI-compatible chat-completions endpoint.
-
-    Replies are taken from `script` (first in, first out) and, once it is empty, made by
-    `responder(messages) -> content` with status 200.
-    """
-
-    def __init__(self):
-        self.requests: list[Seen] = []
-        self.script: deque[Reply] = deque()
-        self.responder: Callable[[list[dict[str, Any]]], str] = lambda messages: "Hello there."
-        self._lock = threading.Lock()
-        self._n = 0
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):  # keep test output clean
-                pass
-
-            def do_POST(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                try:
-                    body = json.loads(raw or b"{}")
-                except ValueError:
-                    body = {"_unparsed": raw.decode("utf-8", "replace")}
-                status, headers, payload = fake._handle(
-                    self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
-                                       daemon=True)
-
-    def queue(self, *replies: Reply) -> None:
-        with self._lock:
-            self.script.extend(replies)
-
-    def _handle(self, path: str, headers: dict[str, str], body: dict[str, Any]):
-        with self._lock:
-            self.requests.append(Seen(path, headers, body))
-            self._n += 1
-            n = self._n
-            reply = self.script.popleft() if self.script else Reply()
-        if path.rstrip("/") != "/v1/chat/completions":
-            return 404, {}, {"error": {"message": f"no route {path}", "type": "not_found"}}
-        if reply.body is not None:
-            return reply.status, reply.headers, reply.body
-        if reply.status != 200:
-            return reply.status, reply.headers, {"error": {
-                "message": f"scripted HTTP {reply.status}", "type": "scripted_error",
-                "param": None, "code": str(reply.status)}}
-        messages = body.get("messages", [])
-        content = self.responder(messages)
-        prompt_tokens = sum(_tokens(str(m.get("content", ""))) for m in messages)
-        completion_tokens = _tokens(content)
-        return 200, reply.headers, {
-            "id": f"chatcmpl-fake-{n}",
-            "object": "chat.completion",
-            "created": 1_700_000_000,
-            "model": body.get("model", "fake-model"),
-            "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                         "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
-        }
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
-
-
-def synthetic_answer(messages: list[dict[str, Any]]) -> str:
-    """Answer like ``scripted:amplification-synthetic`` (same rules, same functions)."""
-    request = ScriptedRequest(tuple({"role": m["role"], "content": str(m["content"])}
-                                    for m in messages), {}, 0)
-    for rule in make_agent().rules:
-        if re.search(rule.pattern, request.text, flags=re.S):
-            return rule.respond(request) if callable(rule.respond) else rule.respond
-    return "I cannot answer that."
 
 
 # -- fixtures and helpers ----------------------------------------------------------------------
@@ -254,9 +129,9 @@ def test_gateway_call_returns_text_and_usage(server):
 
     assert done.raw == "Hello from the fake server."
     assert not done.cache_hit and done.attempts == 1
-    expected_in = sum(_tokens(m["content"]) for m in MESSAGES)
+    expected_in = sum(tokens(m["content"]) for m in MESSAGES)
     assert done.input_tokens == expected_in
-    assert done.output_tokens == _tokens("Hello from the fake server.")
+    assert done.output_tokens == tokens("Hello from the fake server.")
     assert gateway.counters.model_calls == 1
     assert gateway.counters.tokens == done.input_tokens + done.output_tokens
 

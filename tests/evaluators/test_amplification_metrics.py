@@ -17,6 +17,7 @@ from biaslab.evaluators.amplification import (
     pooled_fbs,
     fbs_bootstrap,
     superadditivity,
+    superadditivity_over_seeds,
 )
 from biaslab.experiments.reports.amplification import (
     format_fbs,
@@ -311,6 +312,81 @@ def test_superadditivity_suppression(synth):
     row = superadditivity(pd.concat(runs), n_resamples=N_BOOT).iloc[0]
     assert row["index_estimate"] < 0 and row["index_ci_high"] < 0
     assert row["verdict"] == "suppression"
+
+
+# Hand case for the two readings: 4 F (0-3), 4 M (4-7), pro_female (favored F).
+#   clean        1 1 1 0 | 1 0 0 0
+#   explanation  0 1 1 0 | 1 0 0 0   FBS = 1/4 + 0         = 0.25
+#   prediction   1 0 1 0 | 1 1 0 0   FBS = 1/4 + (2-1)/4   = 0.50
+#   multi        0 0 0 0 | 1 1 1 0   FBS = 3/4 + (3-1)/4   = 1.25  -> both readings 0.5
+# With record 2 a parse failure in the multi run (seed 0 below), Table 1's multi FBS uses the
+# other 7 records: 2/3 + 2/4 = 7/6, so the paper's reading is 7/6 - 3/4 = 5/12. On the common
+# 7 rows the singles are 1/3 and 1/3 + 1/4, so the common-rows index is 7/6 - 11/12 = 1/4.
+HAND_SEX = [0, 0, 0, 0, 1, 1, 1, 1]
+HAND_Y = [1, 0, 1, 0, 1, 0, 1, 0]
+HAND = {"none": [1, 1, 1, 0, 1, 0, 0, 0], "explanation": [0, 1, 1, 0, 1, 0, 0, 0],
+        "prediction": [1, 0, 1, 0, 1, 1, 0, 0], "explanation+prediction": [0, 0, 0, 0, 1, 1, 1, 0]}
+
+
+def _hand_runs(seed, multi_parse_fail=()):
+    runs = []
+    for target, pred in HAND.items():
+        runs.append(make_run(np.array(pred), sex=HAND_SEX, y_true=HAND_Y, pipeline="E1",
+                             seed=seed, target=target,
+                             direction="none" if target == "none" else "pro_female",
+                             parse_fail=multi_parse_fail if "+" in target else ()))
+    return runs
+
+
+def test_superadditivity_paper_reading_hand_case():
+    preds = pd.concat(_hand_runs(0, multi_parse_fail=[2]) + _hand_runs(1))
+    sa = superadditivity(preds, n_resamples=N_BOOT).set_index("seed")
+    s0, s1 = sa.loc[0], sa.loc[1]
+    assert s1["superadditivity_paper_reading"] == pytest.approx(0.5)
+    assert s1["index_estimate"] == pytest.approx(0.5)  # no parse failure: readings agree
+    assert s0["fbs_multi_table1"] == pytest.approx(7 / 6)
+    assert s0["fbs_singles_sum_table1"] == pytest.approx(0.75)
+    assert s0["superadditivity_paper_reading"] == pytest.approx(5 / 12)
+    assert s0["fbs_singles_sum"] == pytest.approx(11 / 12)
+    assert s0["index_estimate"] == pytest.approx(1 / 4)
+    assert (s0["n"], s0["n_dropped"]) == (7, 1)
+    assert s0["index_ci_low"] <= s0["index_estimate"] <= s0["index_ci_high"]
+
+    pooled = superadditivity_over_seeds(preds, n_resamples=N_BOOT)
+    assert len(pooled) == 1
+    row = pooled.iloc[0]
+    assert row["target"] == "explanation+prediction" and row["singles"] == "explanation+prediction"
+    assert row["fbs_multi_table1"] == pytest.approx((7 / 6 + 5 / 4) / 2)
+    assert row["superadditivity_paper_reading"] == pytest.approx(11 / 24)
+    assert row["index_estimate"] == pytest.approx((1 / 4 + 1 / 2) / 2)
+    assert (row["n_seeds"], row["n"], row["n_dropped"]) == (2, 15, 1)
+    # the paper's reading is Table 1's own numbers subtracted
+    agg = aggregate_over_seeds(condition_metrics(preds, n_resamples=N_BOOT)).set_index("target")
+    t1 = agg["fbs"]
+    assert row["superadditivity_paper_reading"] == pytest.approx(
+        t1["explanation+prediction"] - t1["explanation"] - t1["prediction"])
+
+
+def test_superadditivity_over_seeds_ci(synth):
+    sex, y, clean = synth
+    cand = np.flatnonzero((sex == 0) & (clean == 1))
+    a, b, c = cand[:10], cand[10:20], cand[20:50]
+    runs = []
+    for seed, multi in [(1, np.r_[a, b, c]), (2, np.r_[a, b])]:
+        runs.append(make_run(clean, sex=sex, y_true=y, seed=seed))
+        for tgt, idx in [("explanation", a), ("prediction", b), ("explanation+prediction", multi)]:
+            runs.append(make_run(flip_favored_failures(clean, sex, 0, idx), sex=sex, y_true=y,
+                                 seed=seed, target=tgt, direction="pro_female"))
+    preds = pd.concat(runs)
+    per_seed = superadditivity(preds, n_resamples=2000).set_index("seed")
+    pooled = superadditivity_over_seeds(preds, n_resamples=2000).iloc[0]
+    n_f = (sex == 0).sum()
+    assert pooled["index_estimate"] == pytest.approx(len(c) / n_f / 2)
+    assert pooled["superadditivity_paper_reading"] == pytest.approx(pooled["index_estimate"])
+    # seed 2 is exactly additive (zero variance), so the pooled std is half of seed 1's
+    assert per_seed.loc[2, "index_std"] == pytest.approx(0.0, abs=1e-12)
+    assert pooled["index_std"] == pytest.approx(per_seed.loc[1, "index_std"] / 2, rel=0.1)
+    assert pooled["index_ci_low"] > 0 and pooled["verdict"] == "amplification"
 
 
 # --------------------------------------------------------------------------- asymmetry

@@ -49,12 +49,11 @@ class Doc(TypedDict, total=False):
 def build_three_nodes() -> StateGraph:
     builder = StateGraph(Doc, context_schema=CellContext)
     builder.add_node("draft", llm_node("draft", prompt="custom/draft",
-                                       slots=lambda s: {"topic": s["topic"]}))
+                                       slots=("topic",)))
     builder.add_node("critique", llm_node("critique", prompt="custom/critique",
-                                          slots=lambda s: {"draft": s["draft"]}))
+                                          slots=("draft",)))
     builder.add_node("revise", llm_node("revise", prompt="custom/revise", writes="final",
-                                        slots=lambda s: {"draft": s["draft"],
-                                                         "critique": s["critique"]}))
+                                        slots=("draft", "critique")))
     builder.add_edge(START, "draft")
     builder.add_edge("draft", "critique")
     builder.add_edge("critique", "revise")
@@ -109,11 +108,12 @@ def test_dialogue_loop_with_turn_cap_and_judge_every_turn(prompts):
     builder = StateGraph(Dialogue, context_schema=CellContext)
     turn = lambda s: f"turn-{s.get('turn', 0)}"  # noqa: E731
     builder.add_node("user", llm_node("user", prompt="custom/ask", writes="question", item=turn,
-                                      slots=lambda s: {"turn": s.get("turn", 0)}))
+                                      slots=lambda s: {"turn": s.get("turn", 0)},
+                                      offers=("turn",)))
     builder.add_node("target", llm_node("target", prompt="custom/reply", writes="reply",
-                                        item=turn, slots=lambda s: {"question": s["question"]}))
+                                        item=turn, slots=("question",)))
     builder.add_node("judge", llm_node(
-        "judge", prompt="custom/verdict", item=turn, slots=lambda s: {"reply": s["reply"]},
+        "judge", prompt="custom/verdict", item=turn, slots=("reply",),
         writes=lambda s, a: {"verdicts": [a.value], "turn": s.get("turn", 0) + 1}))
     builder.add_edge(START, "user")
     builder.add_edge("user", "target")

@@ -9,7 +9,7 @@ DIRS = Amplification.directions
 
 @pytest.mark.parametrize("pipeline, n_targets", [("E0", 1), ("E1", 3), ("E2", 7)])
 def test_amplification_conditions_are_every_nonempty_subset_times_directions(pipeline, n_targets):
-    nodes = [n.name for n in Amplification().llm_nodes(pipeline)]
+    nodes = [n.name for n in Amplification().llm_nodes(pipeline, None)]
     conditions = exposure_conditions(nodes, DIRS)
     assert len(conditions) == n_targets * 2 + 1
     assert conditions[0].id == "none" and conditions[0].exposures == ()

@@ -17,6 +17,7 @@ Provider SDKs are imported lazily so that each stays optional.
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from biaslab.errors import UserError
 
-__all__ = ["ModelSpec", "build_chat_model", "PROVIDERS", "parse_model"]
+__all__ = ["ModelSpec", "build_chat_model", "PROVIDERS", "parse_model", "strip_credentials"]
 
 _HOSTED = {
     # provider: (default base url or env var holding it, default key env, key required)
@@ -96,14 +97,23 @@ class ModelSpec(BaseModel):
         if self.provider == "local":  # the file actually served, whichever way it was chosen
             from biaslab.agents.providers.local import resolve_model_path
             model = _file_identity(resolve_model_path(self.model or None))
-        return {"provider": self.provider, "model": model, "base_url": self.resolved_base_url()}
+        base_url = self.resolved_base_url()
+        # Credentials in the URL are not part of what answers: the same endpoint with another
+        # key gives the same answers, and the cache key is written next to the response.
+        return {"provider": self.provider, "model": model,
+                "base_url": strip_credentials(base_url) if base_url else None}
 
     def public(self) -> dict[str, Any]:
-        """Everything safe to record: the spec never holds a key, and credentials written
-        into a base URL (``https://user:pass@host``) are dropped."""
+        """Everything safe to record, including the endpoint actually used (resolved from
+        ``VLLM_BASE_URL`` and friends, so a replay does not depend on the shell). The spec
+        never holds a key, and credentials written into a base URL (``https://user:pass@host``
+        or ``?key=...``) are dropped."""
         data = self.model_dump(exclude_none=True)
-        if self.base_url:
-            data["base_url"] = _strip_userinfo(self.base_url)
+        base_url = self.resolved_base_url()
+        if base_url:
+            data["base_url"] = strip_credentials(base_url)
+        if self.alias and self.alias == self.model_copy(update={"alias": None}).label:
+            del data["alias"]  # an alias that repeats the default label says nothing
         return data
 
     def key_env(self) -> str | None:
@@ -133,13 +143,23 @@ class ModelSpec(BaseModel):
                                 f"variable {env} (it is not set)")
 
 
-def _strip_userinfo(url: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
+_SECRET_PARAM = re.compile(r"(api[_-]?key|apikey|key|token|access[_-]?token|auth|"
+                           r"password|passwd|secret|sig|signature|code|.+[_-](key|token|secret))",
+                           re.I)
+
+
+def strip_credentials(url: str) -> str:
+    """`url` without user info (``user:pass@``) and without query parameters that carry a
+    credential (``?key=``, ``api_key=``, ``token=``...). Unchanged when it holds none."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
     parts = urlsplit(url)
-    if "@" not in parts.netloc:
+    netloc = parts.netloc.rsplit("@", 1)[1] if "@" in parts.netloc else parts.netloc
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    kept = [(k, v) for k, v in pairs if not _SECRET_PARAM.fullmatch(k)]
+    if netloc == parts.netloc and len(kept) == len(pairs):
         return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    return urlunsplit(parts._replace(netloc=netloc, query=urlencode(kept)))
 
 
 def _file_identity(path: str) -> str:

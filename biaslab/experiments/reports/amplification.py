@@ -5,7 +5,8 @@
   bootstrap std.
 * :func:`write_tables` -- CSV / Markdown files under ``<out_dir>/tables``.
 * :func:`plot_fbs_scatter` -- AUC and accuracy vs FBS, one figure per dataset and pipeline, under
-  ``<out_dir>/figures``.
+  ``<out_dir>/figures`` (marker = exposed agents, colour = direction, bars = ±1 bootstrap std).
+* :func:`headline` -- Table 1 as ``biaslab report`` prints it on the terminal.
 
 Plots use matplotlib's Agg canvas directly (no pyplot state, no display needed).
 """
@@ -23,6 +24,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from biaslab.evaluators.amplification import CLEAN, aggregate_over_seeds
 
@@ -31,7 +33,11 @@ __all__ = [
     "table1",
     "to_markdown",
     "write_tables",
+    "fbs_scatter_figure",
+    "target_markers",
     "plot_fbs_scatter",
+    "headline",
+    "write_report",
 ]
 
 _PIPELINE_ORDER = {"E0": 0, "E1": 1, "E2": 2}
@@ -135,12 +141,17 @@ def to_markdown(df: pd.DataFrame, *, index: bool = True) -> str:
 
 
 def write_tables(metrics: pd.DataFrame, aggregated: pd.DataFrame, superadd: pd.DataFrame,
-                 out_dir: str | Path) -> dict[str, Path]:
+                 out_dir: str | Path, superadd_over_seeds: pd.DataFrame | None = None
+                 ) -> dict[str, Path]:
     """Write the protocol's tables under ``<out_dir>/tables``.
 
     Files: ``table1.csv``/``.md`` (:func:`table1`), ``condition_metrics.csv`` (per seed),
-    ``aggregated.csv`` (over seeds), ``superadditivity.csv``/``.md``, ``routing.csv`` (E2 rows of
-    ``metrics``: counts, disagreement rates and judge shares, overall and per sex).
+    ``aggregated.csv`` (over seeds), ``superadditivity.csv``/``.md`` (per seed) and, when
+    given, ``superadditivity_over_seeds.csv``/``.md`` -- both with the paper's reading
+    (``superadditivity_paper_reading``: Table 1 multi-agent FBS minus the sum of the
+    single-agent Table 1 FBSs) beside the paired common-rows index and its CI --, and
+    ``routing.csv`` (E2 rows of ``metrics``: counts, disagreement rates and judge shares,
+    overall and per sex).
 
     Returns:
         ``{file name: path}`` of everything written.
@@ -161,6 +172,9 @@ def write_tables(metrics: pd.DataFrame, aggregated: pd.DataFrame, superadd: pd.D
     put("aggregated.csv", aggregated.to_csv(index=False))
     put("superadditivity.csv", superadd.to_csv(index=False))
     put("superadditivity.md", to_markdown(superadd, index=False))
+    if superadd_over_seeds is not None:
+        put("superadditivity_over_seeds.csv", superadd_over_seeds.to_csv(index=False))
+        put("superadditivity_over_seeds.md", to_markdown(superadd_over_seeds, index=False))
     keys = [c for c in ["dataset", "pipeline", "target", "direction", "model", "seed"]
             if c in metrics.columns]
     routing = metrics.loc[metrics["pipeline"] == "E2",
@@ -169,73 +183,136 @@ def write_tables(metrics: pd.DataFrame, aggregated: pd.DataFrame, superadd: pd.D
     return written
 
 
-def _style_maps(values: Sequence[Any], palette: Sequence[Any]) -> dict[Any, Any]:
-    return {v: palette[i % len(palette)] for i, v in enumerate(values)}
+# Okabe & Ito (2008) colour-blind-safe palette: colour encodes the covert direction only.
+_DIRECTION_COLOURS = {"pro_female": "#D55E00", "pro_male": "#0072B2"}  # vermillion, blue
+_OTHER_COLOURS = ["#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442"]
+_CLEAN_COLOUR = "#000000"
+_FONT = 8.5  # points; the figure is drawn at its print size (7 in wide = a two-column page)
+
+
+def _direction_colours(directions: Sequence[str]) -> dict[str, str]:
+    out = {d: c for d, c in _DIRECTION_COLOURS.items() if d in directions}
+    extra = [d for d in directions if d not in out]
+    out.update({d: _OTHER_COLOURS[i % len(_OTHER_COLOURS)] for i, d in enumerate(extra)})
+    return out
+
+
+def _direction_sort_key(direction: str) -> tuple[int, str]:
+    return (_DIRECTION_ORDER.get(direction, 99), direction)
+
+
+def target_markers(targets: Sequence[str]) -> dict[str, str]:
+    """Exposed target set -> marker, single agents first; pass every target of a report so a
+    target keeps its marker in every pipeline's figure."""
+    exposed = sorted({str(t) for t in targets if t != CLEAN}, key=_target_sort_key)
+    return {t: _MARKERS[i % len(_MARKERS)] for i, t in enumerate(exposed)}
+
+
+def fbs_scatter_figure(agg: pd.DataFrame, *, markers: dict[str, str] | None = None) -> Figure:
+    """One (dataset, pipeline)'s AUC and accuracy against FBS, one row of panels per model.
+
+    Args:
+        agg: seed-aggregated rows of ONE dataset and pipeline (``fbs``, ``fbs_boot_std``,
+            ``auc``, ``accuracy``), clean rows included.
+        markers: exposed target set -> marker, shared by all figures of a report so a target
+            looks the same in each; None assigns markers to this pipeline's targets.
+
+    Encodings: marker = exposed target set (only those this pipeline has, in the legend),
+    colour = covert direction (Okabe-Ito), horizontal bars = ±1 bootstrap std of FBS (the mean
+    over seeds of each seed's paired bootstrap std, as in Table 1), dashed line = the model's
+    clean run. Read: right of 0 the exposure moved predictions toward the favored group; below
+    the dashed line it cost performance.
+    """
+    exposed = agg.loc[agg["target"] != CLEAN]
+    targets = sorted(exposed["target"].astype(str).unique(), key=_target_sort_key)
+    if markers is None:
+        markers = target_markers(targets)
+    directions = sorted(exposed["direction"].astype(str).unique(), key=_direction_sort_key)
+    colours = _direction_colours(directions)
+    models = list(dict.fromkeys(agg["model"].astype(str)))
+    std_col = "fbs_boot_std" if "fbs_boot_std" in agg.columns else "fbs_std"
+
+    n_rows = max(len(models), 1)
+    legend_rows = max(math.ceil(len(targets) / 2), len(directions) + 2)
+    legend_h = 0.15 + 0.2 * (legend_rows + 1)  # inches: a title line, then the entries
+    fig = Figure(figsize=(7.0, 0.5 + 1.9 * n_rows + legend_h), layout="constrained")
+    FigureCanvasAgg(fig)
+    grid = fig.add_gridspec(n_rows + 1, 2, height_ratios=[1.9] * n_rows + [legend_h])
+    axes = np.empty((n_rows, 2), dtype=object)
+    for r in range(n_rows):
+        for c in range(2):
+            axes[r, c] = fig.add_subplot(grid[r, c], sharex=axes[0, 0] if (r or c) else None)
+    legend_axes = [fig.add_subplot(g) for g in grid[n_rows, :].subgridspec(
+        1, 2, width_ratios=[2.3, 1])]
+    ylabels = {"auc": "AUC (test set)", "accuracy": "Accuracy (fraction correct)"}
+    for r, model in enumerate(models):
+        rows = agg.loc[agg["model"].astype(str) == model]
+        for ax, metric in zip(axes[r], ["auc", "accuracy"]):
+            ax.axvline(0.0, color="0.75", lw=0.8, zorder=0)
+            clean = rows.loc[rows["target"] == CLEAN, metric]
+            if len(clean) and not _is_nan(clean.iloc[0]):
+                ax.axhline(float(clean.iloc[0]), color=_CLEAN_COLOUR, ls="--", lw=0.9,
+                           alpha=0.7, zorder=1)
+            for rec in rows.loc[rows["target"] != CLEAN].itertuples(index=False):
+                x, y = rec.fbs, getattr(rec, metric)
+                if _is_nan(x) or _is_nan(y):
+                    continue
+                xerr = getattr(rec, std_col, np.nan)
+                colour = colours[str(rec.direction)]
+                ax.errorbar([x], [y], xerr=None if _is_nan(xerr) else [[xerr], [xerr]],
+                            fmt=markers[str(rec.target)], color=colour, ecolor=colour,
+                            elinewidth=0.9, capsize=2.5, ms=6, mec="white", mew=0.5,
+                            alpha=0.9, zorder=2)
+            ax.set_ylabel(ylabels[metric], fontsize=_FONT)
+            ax.tick_params(labelsize=_FONT - 0.5)
+            ax.grid(alpha=0.3, lw=0.5)
+            ax.set_title(f"{model}: {'AUC' if metric == 'auc' else 'accuracy'} vs FBS",
+                         fontsize=_FONT, loc="left")
+    for ax in axes[-1]:
+        ax.set_xlabel("FBS (−2…2; > 0 = toward the favored group)", fontsize=_FONT)
+    target_handles = [Line2D([], [], ls="", marker=markers[t], color="0.3", mec="white",
+                             mew=0.5, ms=6, label=t) for t in targets]
+    direction_handles = ([Patch(facecolor=colours[d], edgecolor="none", label=d)
+                          for d in directions]
+                         + [Line2D([], [], color=_CLEAN_COLOUR, ls="--", lw=0.9, alpha=0.7,
+                                   label="clean run"),
+                            Line2D([], [], color="0.45", ls="-", lw=0.9, marker="|", ms=6,
+                                   label="±1 bootstrap std")])
+    for ax, handles, title, ncols in (
+            (legend_axes[0], target_handles, "exposed agent(s) = marker", 2),
+            (legend_axes[1], direction_handles, "covert direction = colour", 1)):
+        ax.axis("off")
+        if handles:
+            ax.legend(handles=handles, loc="upper center", title=title, ncols=ncols,
+                      fontsize=_FONT, title_fontsize=_FONT, frameon=False,
+                      borderaxespad=0.0, columnspacing=1.5, handlelength=1.6)
+    return fig
 
 
 def plot_fbs_scatter(metrics: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """AUC vs FBS and accuracy vs FBS, one figure per (dataset, pipeline).
+    """AUC vs FBS and accuracy vs FBS, one figure per (dataset, pipeline); see
+    :func:`fbs_scatter_figure` for how to read it.
 
     ``metrics`` is :func:`~biaslab.evaluators.amplification.condition_metrics` output (pooled
-    over seeds here) or already aggregated. x = seed-mean FBS with ±1 bootstrap-std horizontal
-    error bars; colour = model, marker = exposure target, filled = ``pro_female``, hollow =
-    ``pro_male``; clean baselines are faint points at FBS = 0. Points right of 0 moved
-    predictions toward the favored group; a point lower than its model's clean point lost
-    performance.
+    over seeds here) or already aggregated.
 
     Returns:
-        Paths of the written ``figures/fbs_scatter_<dataset>_<pipeline>.png`` and ``.svg``.
+        Paths of the written ``figures/fbs_scatter_<dataset>_<pipeline>.png`` (200 dpi) and
+        ``.svg``.
     """
     agg = aggregate_over_seeds(metrics) if "seed" in metrics.columns else metrics
     figures = Path(out_dir) / "figures"
     figures.mkdir(parents=True, exist_ok=True)
-    models = sorted(agg["model"].astype(str).unique())
-    colours = _style_maps(models, [f"C{i}" for i in range(10)])
-    targets = sorted((t for t in agg["target"].unique() if t != CLEAN), key=_target_sort_key)
-    markers = _style_maps(targets, _MARKERS)
+    markers = target_markers(agg["target"])
     written: list[Path] = []
-
     for (dataset, pipeline), df in agg.groupby(["dataset", "pipeline"], sort=True):
-        fig = Figure(figsize=(11, 4.5), layout="constrained")
-        FigureCanvasAgg(fig)
-        axes = fig.subplots(1, 2, sharex=True)
-        for ax, metric, label in zip(axes, ["auc", "accuracy"], ["AUC", "Accuracy"]):
-            ax.axvline(0.0, color="0.7", lw=0.8, zorder=0)
-            for rec in df.itertuples(index=False):
-                y = getattr(rec, metric)
-                colour = colours[str(rec.model)]
-                if _is_nan(y):
-                    continue
-                if rec.target == CLEAN:
-                    ax.scatter([0.0], [y], color=colour, alpha=0.3, s=60, marker="o",
-                               edgecolors="none", zorder=1)
-                    continue
-                x = rec.fbs
-                if _is_nan(x):
-                    continue
-                xerr = getattr(rec, "fbs_boot_std", np.nan)
-                filled = rec.direction != "pro_male"
-                ax.errorbar([x], [y], xerr=None if _is_nan(xerr) else [[xerr], [xerr]],
-                            fmt=markers[rec.target], color=colour, ecolor=colour,
-                            elinewidth=0.8, capsize=2, ms=7,
-                            mfc=colour if filled else "none", mec=colour, zorder=2)
-            ax.set_xlabel("FBS (favor bias strength; > 0 = toward favored group)")
-            ax.set_ylabel(label)
-            ax.set_title(f"{label} vs FBS")
-            ax.grid(alpha=0.3)
-        handles = (
-            [Line2D([], [], ls="", marker="o", color=colours[m], label=m) for m in models]
-            + [Line2D([], [], ls="", marker=markers[t], color="0.3", label=t) for t in targets]
-            + [Line2D([], [], ls="", marker="o", color="0.3", label="pro_female"),
-               Line2D([], [], ls="", marker="o", color="0.3", mfc="none", label="pro_male"),
-               Line2D([], [], ls="", marker="o", color="0.3", alpha=0.3, label="clean")]
-        )
-        fig.legend(handles=handles, loc="outside right center", fontsize="small", frameon=False)
-        fig.suptitle(f"{dataset} / {pipeline}: performance vs favor bias strength")
+        fig = fbs_scatter_figure(df, markers=markers)
+        fig.suptitle(f"{dataset} / {pipeline}: performance vs favor bias strength",
+                     fontsize=_FONT + 1.5)
         stem = re.sub(r"[^A-Za-z0-9_.-]", "_", f"fbs_scatter_{dataset}_{pipeline}")
         for ext in ("png", "svg"):
             path = figures / f"{stem}.{ext}"
-            fig.savefig(path, dpi=150 if ext == "png" else "figure")
+            fig.savefig(path, dpi=200 if ext == "png" else "figure")
             written.append(path)
     return written
 
@@ -285,12 +362,23 @@ def ml_anchor(store, options) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["dataset", "seed", "accuracy", "auc"])
 
 
+def headline(run_dir: str | Path) -> pd.DataFrame | None:
+    """Table 1 of a reported run, as written to ``tables/table1.csv`` (cells as printed:
+    ``"+0.088 ± .031"``); None before the report has been written."""
+    path = Path(run_dir) / "tables" / "table1.csv"
+    if not path.is_file():
+        return None
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    frame.attrs["title"] = "Table 1: FBS, seed mean ± bootstrap std (> 0 = toward favored group)"
+    return frame
+
+
 def write_report(store, run_dir: str | Path, options) -> list[Path]:
     """Every table and figure of an amplification run, from its store alone."""
     from biaslab.datasets import load_student
     from biaslab.evaluators.amplification import (AGGREGATE_KEYS, condition_metrics,
                                                   direction_asymmetry, pooled_fbs,
-                                                  superadditivity)
+                                                  superadditivity, superadditivity_over_seeds)
 
     run_dir = Path(run_dir)
     predictions = predictions_frame(store, options)
@@ -304,7 +392,9 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
     pooled = pooled_fbs(predictions, n_resamples=options.n_resamples)
     aggregated = aggregated.merge(pooled, on=AGGREGATE_KEYS, how="left")
     superadd = superadditivity(predictions, n_resamples=options.n_resamples)
-    written = list(write_tables(metrics, aggregated, superadd, run_dir).values())
+    superadd_pooled = superadditivity_over_seeds(predictions, n_resamples=options.n_resamples)
+    written = list(write_tables(metrics, aggregated, superadd, run_dir,
+                                superadd_over_seeds=superadd_pooled).values())
     base = {}
     for dataset in predictions["dataset"].unique():
         frame = load_student(dataset, None if not options.data_dir

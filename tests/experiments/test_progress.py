@@ -1,0 +1,103 @@
+"""The run's progress display: cell count, ETA and call counters readable at 80 columns."""
+
+from __future__ import annotations
+
+import re
+import time
+from io import StringIO
+
+from rich.console import Console
+
+from biaslab.agents.gateway import RunCounters
+from biaslab.experiments.runner import _Progress
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _render(progress: _Progress, width: int = 80) -> list[str]:
+    """What the bar draws now, as plain lines."""
+    out = StringIO()
+    Console(width=width, file=out, force_terminal=True).print(progress.bar.get_renderable())
+    return [line.rstrip() for line in _ANSI.sub("", out.getvalue()).splitlines() if line.strip()]
+
+
+def _progress(total: int, counters: RunCounters) -> tuple[_Progress, StringIO]:
+    sink = StringIO()
+    console = Console(width=80, file=sink, force_terminal=True)
+    return _Progress(total, counters, enabled=True, console=console), sink
+
+
+def test_count_and_eta_visible_at_80_columns():
+    counters = RunCounters(calls=1)  # a call was made: the cells below were run, not skipped
+    progress, sink = _progress(1234, counters)
+    try:
+        progress.started -= 100.0  # 100 s into the run
+        progress.advance(617)  # half done -> ~100 s left
+        counters.model_calls, counters.cache_hits, counters.tokens = 5321, 402, 1_234_567
+        counters.parse_failures, counters.errors, counters.retries = 7, 2, 3
+        lines = _render(progress)
+    finally:
+        progress.stop()
+    assert all(len(line) <= 80 for line in lines), lines
+    cells = next(line for line in lines if line.startswith("cells"))
+    assert "617/1234" in cells
+    eta = re.search(r"eta (\d+):(\d\d):(\d\d)", cells)
+    assert eta, cells
+    left = int(eta[1]) * 3600 + int(eta[2]) * 60 + int(eta[3])
+    assert 95 <= left <= 105
+    assert re.search(r"0:01:4\d elapsed", cells)
+    calls = next(line for line in lines if line.startswith("calls"))
+    for part in ("calls 5,321", "cached 402", "retry 3", "err 2", "unparsed 7", "tok 1.2M"):
+        assert part in calls, calls
+    # the live display written to the console shows the same (nothing truncated with "…")
+    drawn = _ANSI.sub("", sink.getvalue())
+    assert "617/1234" in drawn and "eta 0:01:" in drawn and "…" not in drawn
+
+
+def test_calls_move_during_a_long_cell():
+    counters = RunCounters()
+    progress, _ = _progress(3, counters)
+    try:
+        before = _render(progress)
+        counters.calls = counters.model_calls = 12  # calls inside a cell, no cell finished
+        after = _render(progress)
+    finally:
+        progress.stop()
+    assert any(line.startswith("cells") and "0/3" in line for line in after)
+    assert any("calls 0 " in line for line in before)
+    assert any("calls 12 " in line for line in after)
+
+
+def test_cells_skipped_on_resume_do_not_set_the_pace():
+    counters = RunCounters()
+    progress, _ = _progress(10, counters)
+    try:
+        progress.advance(8)  # done before any call: skipped by --resume
+        assert progress.eta_s() is None
+        counters.calls = 4
+        progress.started -= 50.0
+        progress.advance(1)  # one cell run in 50 s, one left
+        assert 45 <= progress.eta_s() <= 55
+    finally:
+        progress.stop()
+
+
+def test_off_a_terminal_a_status_line_comes_without_cell_progress(monkeypatch, capsys):
+    monkeypatch.setattr(_Progress, "_LOG_EVERY_S", 0.05)
+    counters = RunCounters(calls=3, model_calls=3)
+    progress = _Progress(5, counters, enabled=True,
+                         console=Console(file=StringIO(), force_terminal=False))
+    try:
+        assert progress.bar is None
+        seen, deadline = "", time.monotonic() + 5
+        while "calls 3 " not in seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+            seen += capsys.readouterr().err
+    finally:
+        progress.stop()
+    assert "cells 0/5" in seen and "calls 3 " in seen, seen
+    # and quiet means quiet
+    quiet = _Progress(5, counters, enabled=False)
+    quiet.advance()
+    quiet.stop()
+    assert quiet.bar is None and quiet._thread is None
