@@ -17,8 +17,14 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --no-deps irrcac==0.4.4
 	touch $@
 
+# Every protocol at smoke scale on the embedded model, one run directory each under runs/demo/.
+DEMO_SPECS = amplification_math roleplay multiturn augmentation examples/review
+
 demo: setup
-	$(BIN)/biaslab run experiments/amplification_math.toml --scale smoke --out runs/demo --resume
+	@for spec in $(DEMO_SPECS); do \
+	  echo "== $$spec (smoke)"; \
+	  $(BIN)/biaslab run experiments/$$spec.toml --scale smoke --out runs/demo/$$(basename $$spec) --resume || exit $$?; \
+	done
 
 test: setup
 	$(BIN)/python -m pytest -q

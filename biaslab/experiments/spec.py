@@ -43,7 +43,7 @@ class RunSettings(_Strict):
     """Replicate seeds: they pick the data split and are passed to every model call."""
     concurrency: int = Field(default=4, ge=1, le=1024)
     """Maximum model calls in flight."""
-    max_attempts: int = Field(default=5, ge=1, le=20)
+    max_attempts: int = Field(default=8, ge=1, le=20)
     """Transport attempts per call for transient errors (timeouts, 429, 5xx)."""
     retry_base_s: float = Field(default=0.5, ge=0)
     """First backoff step; doubles per attempt, with full jitter."""
