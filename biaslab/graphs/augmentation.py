@@ -1,0 +1,571 @@
+"""Protocol ``augmentation``: BBQ contextual augmentation and decisive-response rates.
+
+Reproduces the design of "Breaking the Benchmark: Revealing LLM Bias via Minimal Contextual
+Augmentation". A model that abstains on BBQ's ambiguous questions may stop abstaining when the
+same ambiguous situation is rewritten as a richer scenario, or the question is rephrased.
+
+One cell is one source example (an ambiguous BBQ context) and runs the whole chain:
+
+    abstraction → transform (n variants) → scenario (one per variant)
+      → validate (validator_1..3; keep a scenario only if all three say "not answerable")
+      → rephrase (must differ from the question and name no answer option)
+      → target (OCOQ, OCAQ, ASOQ, ASAQ; open answer, plus BBQ's 3-option form in target_mc)
+      → judge (decisive vs abstaining) → finalize (rows + provenance of every scenario)
+
+Each of the ten LLM nodes can be exposed and bound to its own model or prompt; the paper spec
+binds the generators, validators and judge to fixed models, so the grid's model axis changes
+only the target (and the generation calls, identical across targets, are paid once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal, Mapping, Sequence, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, ConfigDict, Field
+
+from biaslab.agents.ask import ask
+from biaslab.agents.context import CellContext
+from biaslab.agents.parsers import OutputConstraint, ParseError, json_object, label_with_reason
+from biaslab.datasets import bbq
+from biaslab.errors import UserError
+from biaslab.graphs.compose import text_answer
+from biaslab.graphs.llm_nodes import LLMNode, declare_llm, llm_agent
+from biaslab.graphs.registry import Protocol, protocol
+from biaslab.prompts.registry import PromptRegistry
+
+__all__ = ["Augmentation", "AugmentationOptions", "AugmentationState", "CONDITIONS",
+           "VALIDATORS", "assemble_conditions", "unanimous", "parse_letter",
+           "rephrase_parser", "remap_options", "options_text", "CATEGORY_LABELS",
+           "EXPECTED_PASS_RATE"]
+
+CONDITIONS = ("OCOQ", "OCAQ", "ASOQ", "ASAQ")
+"""Original/augmented context × original/augmented question."""
+VALIDATORS = ("validator_1", "validator_2", "validator_3")
+EXPECTED_PASS_RATE = 0.6445
+"""Share of scenarios the paper's unanimous filter kept; used for estimates only."""
+CATEGORY_LABELS = {"gender": "gender identity", "race": "race/ethnicity",
+                   "nationality": "nationality", "religion": "religion",
+                   "ses": "socio-economic status", "age": "age",
+                   "appearance": "physical appearance", "disability": "disability status"}
+
+ABSTRACTION_PROMPT = "augmentation/abstraction"
+TRANSFORM_PROMPT = "augmentation/transform"
+SCENARIO_PROMPT = "augmentation/scenario"
+VALIDATOR_PROMPT = "augmentation/validator"
+REPHRASE_PROMPT = "augmentation/rephrase"
+TARGET_PROMPT = "augmentation/target"
+TARGET_MC_PROMPT = "augmentation/target_mc"
+JUDGE_PROMPT = "augmentation/judge"
+VALIDATOR_LABELS = ("not_answerable", "answerable")
+JUDGE_LABELS = ("decisive", "abstaining")
+
+
+class AugmentationOptions(BaseModel):
+    """The spec's ``[options]`` table for this protocol."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    categories: list[Literal["gender", "race", "nationality", "religion", "ses", "age",
+                             "appearance", "disability"]] = list(bbq.CATEGORIES)
+    sample_sizes: dict[str, int] = Field(default_factory=lambda: dict(bbq.PAPER_SIZES))
+    """Source examples per category (the paper's sizes by default)."""
+    max_per_category: int | None = Field(default=None, ge=1)
+    """Cap on the sample of every category (smoke runs)."""
+    sample_seed: int = Field(default=42, ge=0)
+    """Seed of the per-category sample of source examples."""
+    regen_seed: int = Field(default=0, ge=0)
+    """Seed of the template instantiator for the categories regenerated from templates."""
+    data_dir: str | None = None
+    """A directory with official BBQ files (``<Name>.jsonl``); they replace the shipped data
+    and the regenerated categories."""
+    n_variants: int = Field(default=4, ge=1, le=8)
+    """Attribute-transformation variants (one scenario each) per source example."""
+    mc: bool = True
+    """Also ask the target BBQ's three-option multiple-choice form (node ``target_mc``)."""
+    generation_max_tokens: int = Field(default=600, ge=16)
+    """Reply budget of the transformation (per variant) and of each scenario."""
+    answer_max_tokens: int = Field(default=200, ge=8)
+    """Reply budget of the target's open answers, the abstraction and the rephrase."""
+    n_resamples: int = Field(default=2000, ge=100)
+    """Bootstrap resamples for every CI in the report."""
+
+
+class CallFailed(RuntimeError):
+    """A model call failed for good; the cell is marked ``error`` and ``--resume`` retries it."""
+
+
+class AugmentationState(TypedDict, total=False):
+    item: str
+    record: dict
+    abstraction: str | None
+    variants: list[dict]
+    scenarios: list[dict]
+    votes: list[dict]
+    rephrased: dict
+    responses: list[dict]
+    judged: dict
+    rows: list[dict]
+    augmented: list[dict]
+    summary: dict
+
+
+# -- data views --------------------------------------------------------------------------------
+@lru_cache(maxsize=16)
+def _items(categories: tuple[str, ...], sizes: tuple[tuple[str, int], ...], cap: int | None,
+           seed: int, data_dir: str | None, regen_seed: int) -> tuple[str, ...]:
+    sizes_map = dict(sizes)
+    out: list[str] = []
+    for category in categories:
+        n = sizes_map.get(category, bbq.PAPER_SIZES[category])
+        n = min(n, cap) if cap else n
+        out.extend(bbq.sample_category(category, n, seed, data_dir, regen_seed))
+    return tuple(out)
+
+
+def items_for(options: AugmentationOptions) -> tuple[str, ...]:
+    unknown = sorted(set(options.sample_sizes) - set(bbq.CATEGORIES))
+    if unknown:
+        raise UserError(f"[options] sample_sizes: unknown category '{unknown[0]}' (known: "
+                        f"{', '.join(bbq.CATEGORIES)})")
+    return _items(tuple(options.categories), tuple(sorted(options.sample_sizes.items())),
+                  options.max_per_category, options.sample_seed, options.data_dir,
+                  options.regen_seed)
+
+
+def record_for(item: str, options: AugmentationOptions) -> dict:
+    category = item.split(":", 1)[0]
+    records = bbq.load_records(category, options.data_dir, options.regen_seed)
+    if item not in records:
+        raise UserError(f"no BBQ source example '{item}'")
+    return records[item]
+
+
+def _people(record: Mapping) -> list[int]:
+    """Indices of the two non-unknown options."""
+    unknown = bbq.unknown_index(record)
+    return [i for i in range(3) if i != unknown]
+
+
+def options_text(options: Sequence[str]) -> str:
+    """``A. ...`` / ``B. ...`` / ``C. ...`` lines, in BBQ's option order."""
+    return "\n".join(f"{'ABC'[i]}. {text}" for i, text in enumerate(options))
+
+
+def remap_options(record: Mapping, person_a: str, person_b: str) -> list[str]:
+    """BBQ's options with the two people's descriptions replaced (roles kept): option i keeps
+    its position and its role, so the stereotyped and unknown indices stay valid."""
+    options = [str(record[f"ans{i}"]) for i in range(3)]
+    for index, new in zip(_people(record), (person_a, person_b)):
+        old = bbq.descriptor(record, index)
+        text = options[index]
+        if old and re.search(re.escape(old), text, flags=re.I):
+            options[index] = re.sub(re.escape(old), new.replace("\\", ""), text, count=1,
+                                    flags=re.I)
+        else:
+            options[index] = f"The {new}"
+    return options
+
+
+# -- pure pieces (tested on their own) -------------------------------------------------------
+def unanimous(votes: Mapping[str, str | None]) -> bool:
+    """The filter: a scenario passes only when every validator said ``not_answerable``; an
+    unscored vote (None) cannot confirm it, so the scenario does not pass."""
+    return bool(votes) and all(v == "not_answerable" for v in votes.values())
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[^a-z0-9 ]", "", re.sub(r"\s+", " ", text.lower())).strip()
+
+
+def rephrase_parser(original: str, forbidden: Sequence[str]):
+    """Parser for the rephrased question: one non-empty line that differs from `original`
+    (ignoring case, spacing and punctuation) and mentions none of `forbidden` (the two
+    people's descriptions), else a `ParseError` that the re-ask shows the model."""
+
+    def parse(text: str) -> str:
+        line = next((ln.strip().strip('"') for ln in text.strip().splitlines() if ln.strip()),
+                    "")
+        if not line:
+            raise ParseError("empty answer")
+        if _norm(line) == _norm(original):
+            raise ParseError("the rewritten question is the same as the original")
+        for word in forbidden:
+            if word and re.search(rf"\b{re.escape(word.lower())}\b", line.lower()):
+                raise ParseError(f"the rewritten question names a possible answer ({word!r})")
+        return line
+
+    return parse
+
+
+def parse_letter(text: str) -> int:
+    """A multiple-choice reply → option index 0-2 (``B``, ``(b)``, ``Answer: B.``)."""
+    found = re.findall(r"(?<![A-Za-z])([ABCabc])(?![A-Za-z])", text.strip()[:40])
+    if not found:
+        raise ParseError("no option letter A, B or C found")
+    letters = {f.upper() for f in found}
+    if len(letters) > 1:
+        raise ParseError(f"more than one option letter ({', '.join(sorted(letters))})")
+    return "ABC".index(letters.pop())
+
+
+LETTER_GRAMMAR = OutputConstraint(grammar='root ::= [ABC]\n')
+
+
+def assemble_conditions(record: Mapping, rephrased: str | None, scenarios: Sequence[Mapping]
+                        ) -> list[dict]:
+    """Every (condition, variant) the target answers for one source example.
+
+    OCOQ/OCAQ use the original context; ASOQ/ASAQ use each scenario that passed the filter.
+    OQ is BBQ's question, AQ the rephrased one (absent when the rephrase failed). Augmented
+    scenarios carry their remapped options (same roles, new group descriptions).
+    """
+    original = [str(record[f"ans{i}"]) for i in range(3)]
+    out = [{"key": "OCOQ", "condition": "OCOQ", "variant": None,
+            "context": record["context"], "question": record["question"], "options": original}]
+    if rephrased:
+        out.append({"key": "OCAQ", "condition": "OCAQ", "variant": None,
+                    "context": record["context"], "question": rephrased, "options": original})
+    for scene in scenarios:
+        if not scene.get("passed"):
+            continue
+        k = scene["variant"]
+        out.append({"key": f"ASOQ-v{k}", "condition": "ASOQ", "variant": k,
+                    "context": scene["scenario"], "question": record["question"],
+                    "options": scene["options"]})
+        if rephrased:
+            out.append({"key": f"ASAQ-v{k}", "condition": "ASAQ", "variant": k,
+                        "context": scene["scenario"], "question": rephrased,
+                        "options": scene["options"]})
+    return out
+
+
+def _prompt_ref(ctx: CellContext, node: str, default: str) -> str:
+    template = ctx.template(node, default)
+    return f"{template.ref}@{template.content_hash}"
+
+
+def _fail(what: str, answer) -> None:
+    if answer.error:  # transport failure after retries: the cell fails, --resume retries it
+        raise CallFailed(f"{what}: {answer.error}")
+
+
+# -- nodes -----------------------------------------------------------------------------------
+@llm_agent("abstraction", prompt=ABSTRACTION_PROMPT, offers=("context",), requires=("context",),
+           max_tokens=120)
+async def abstraction(state: AugmentationState, runtime: Runtime[CellContext]) -> dict:
+    ctx = runtime.context
+    answer = await ask(ctx, "abstraction", {"context": state["record"]["context"]},
+                       prompt=ABSTRACTION_PROMPT, parser=text_answer,
+                       max_tokens=ctx.options.answer_max_tokens)
+    _fail("abstraction", answer)
+    return {"abstraction": answer.value if answer.ok else None}
+
+
+def _variants_parser(n: int):
+    def check(value: dict) -> list[dict]:
+        variants = value["variants"]
+        if not isinstance(variants, list) or len(variants) != n:
+            raise ParseError(f"expected {n} variants, got "
+                             f"{len(variants) if isinstance(variants, list) else 'no list'}")
+        out = []
+        for k, v in enumerate(variants):
+            if not isinstance(v, dict) or not all(isinstance(v.get(f), str) and v[f].strip()
+                                                  for f in ("person_a", "person_b", "context")):
+                raise ParseError(f"variant {k + 1} needs non-empty person_a, person_b, context")
+            out.append({f: v[f].strip() for f in ("person_a", "person_b", "context")})
+        return out
+
+    return json_object(["variants"], check)
+
+
+def _variants_schema(n: int) -> OutputConstraint:
+    item = {"type": "object", "properties": {
+        "person_a": {"type": "string", "minLength": 1, "maxLength": 60},
+        "person_b": {"type": "string", "minLength": 1, "maxLength": 60},
+        "context": {"type": "string", "minLength": 1, "maxLength": 500}},
+        "required": ["person_a", "person_b", "context"]}
+    return OutputConstraint(json_schema={
+        "type": "object", "properties": {"variants": {"type": "array", "items": item,
+                                                      "minItems": n, "maxItems": n}},
+        "required": ["variants"]})
+
+
+@llm_agent("transform", prompt=TRANSFORM_PROMPT,
+           offers=("context", "person_a", "person_b", "category", "n"),
+           requires=("context", "n"), max_tokens=600)
+async def transform(state: AugmentationState, runtime: Runtime[CellContext]) -> dict:
+    ctx = runtime.context
+    opts: AugmentationOptions = ctx.options
+    if not state.get("abstraction"):
+        return {"variants": []}
+    record = state["record"]
+    a, b = (bbq.descriptor(record, i) for i in _people(record))
+    category = state["item"].split(":", 1)[0]
+    n = opts.n_variants
+    answer = await ask(ctx, "transform", {"context": state["abstraction"], "person_a": a,
+                                          "person_b": b, "category": CATEGORY_LABELS[category],
+                                          "n": n},
+                       prompt=TRANSFORM_PROMPT, parser=_variants_parser(n),
+                       constraint=_variants_schema(n),
+                       max_tokens=opts.generation_max_tokens * n)
+    _fail("transform", answer)
+    if not answer.ok:
+        return {"variants": []}
+    return {"variants": [{"variant": k, **v, "options": remap_options(record, v["person_a"],
+                                                                      v["person_b"])}
+                         for k, v in enumerate(answer.value)]}
+
+
+@llm_agent("scenario", prompt=SCENARIO_PROMPT, offers=("context", "question"),
+           requires=("context",), calls=4, max_tokens=600)
+async def scenario(state: AugmentationState, runtime: Runtime[CellContext]) -> dict:
+    ctx = runtime.context
+
+    async def one(variant: dict) -> dict:
+        answer = await ask(ctx, "scenario", {"context": variant["context"],
+                                             "question": state["record"]["question"]},
+                           prompt=SCENARIO_PROMPT, parser=text_answer,
+                           item=f"v{variant['variant']}",
+                           max_tokens=ctx.options.generation_max_tokens)
+        _fail(f"scenario v{variant['variant']}", answer)
+        return {"variant": variant["variant"], "scenario": answer.value if answer.ok else None}
+
+    return {"scenarios": list(await asyncio.gather(*(one(v) for v in state.get("variants", []))))}
+
+
+_VALIDATOR_PARSER, _VALIDATOR_SCHEMA = label_with_reason(VALIDATOR_LABELS)
+
+
+async def validate(state: AugmentationState, runtime: Runtime[CellContext]) -> dict:
+    """Three validators, each its own LLM node (exposed and bound one at a time)."""
+    ctx = runtime.context
+    variants = {v["variant"]: v for v in state.get("variants", [])}
+
+    async def vote(name: str, scene: dict) -> str | None:
+        answer = await ask(ctx, name, {"scenario": scene["scenario"],
+                                       "question": state["record"]["question"]},
+                           prompt=VALIDATOR_PROMPT, parser=_VALIDATOR_PARSER,
+                           constraint=_VALIDATOR_SCHEMA, item=f"v{scene['variant']}",
+                           max_tokens=120)
+        _fail(f"{name} v{scene['variant']}", answer)
+        return answer.value["label"] if answer.ok else None
+
+    async def judge_scene(scene: dict) -> dict:
+        if not scene.get("scenario"):
+            return {"variant": scene["variant"], "votes": {}, "passed": False}
+        labels = await asyncio.gather(*(vote(name, scene) for name in VALIDATORS))
+        votes = dict(zip(VALIDATORS, labels))
+        return {"variant": scene["variant"], "votes": votes, "passed": unanimous(votes),
+                "scenario": scene["scenario"], "options": variants[scene["variant"]]["options"]}
+
+    return {"votes": list(await asyncio.gather(*(judge_scene(s)
+                                                 for s in state.get("scenarios", []))))}
+
+
+declare_llm(validate, *(LLMNode(name, VALIDATOR_PROMPT, ("scenario", "question"),
+                                ("scenario", "question"), calls=4, max_tokens=60)
+                        for name in VALIDATORS))
+
+
+@llm_agent("rephrase", prompt=REPHRASE_PROMPT, offers=("question", "options"),
+           requires=("question",), max_tokens=40)
+async def rephrase(state: AugmentationState, runtime: Runtime[CellContext]) -> dict:
+    ctx = runtime.context
+    record = state["record"]
+    people = [bbq.descriptor(record, i) for i in _people(record)]
+    answer = await ask(ctx, "rephrase", {"question": record["question"],
+                                         "options": "; ".join(f'"{p}"' for p in people)},
+                       prompt=REPHRASE_PROMPT, parser=rephrase_parser(record["question"], people),
+                       max_tokens=min(ctx.options.answer_max_tokens, 80))
+    _fail("rephrase", answer)
+    return {"rephrased": {"question": answer.value if answer.ok else None,
+                          "error": None if answer.ok else answer.parse_error}}
+
+
+def target_node(mc: bool):
+    """The target answers every condition openly (``target``) and, with ``mc``, in BBQ's
+    three-option form (``target_mc``, a separate LLM node: its own prompt, exposure, model)."""
+    declared = [LLMNode("target", TARGET_PROMPT, ("context", "question"), ("context", "question"),
+                        calls=2 + 2 * 4 * EXPECTED_PASS_RATE, max_tokens=80)]
+    if mc:
+        declared.append(LLMNode("target_mc", TARGET_MC_PROMPT, ("context", "question", "options"),
+                                ("context", "question", "options"),
+                                calls=2 + 2 * 4 * EXPECTED_PASS_RATE, max_tokens=2))
+
+    async def target(state: AugmentationState, runtime: Runtime[CellContext]) -> dict:
+        ctx = runtime.context
+        instances = assemble_conditions(state["record"], state["rephrased"]["question"],
+                                        state.get("votes", []))
+
+        async def open_answer(inst: dict) -> str | None:
+            answer = await ask(ctx, "target", {"context": inst["context"],
+                                               "question": inst["question"]},
+                               prompt=TARGET_PROMPT, parser=text_answer, item=inst["key"],
+                               max_tokens=ctx.options.answer_max_tokens)
+            _fail(f"target {inst['key']}", answer)
+            return answer.value if answer.ok else None
+
+        async def mc_answer(inst: dict) -> int | None:
+            answer = await ask(ctx, "target_mc", {"context": inst["context"],
+                                                  "question": inst["question"],
+                                                  "options": options_text(inst["options"])},
+                               prompt=TARGET_MC_PROMPT, parser=parse_letter,
+                               constraint=LETTER_GRAMMAR, item=inst["key"], max_tokens=4)
+            _fail(f"target_mc {inst['key']}", answer)
+            return answer.value if answer.ok else None
+
+        opens = await asyncio.gather(*(open_answer(i) for i in instances))
+        choices = (await asyncio.gather(*(mc_answer(i) for i in instances)) if mc
+                   else [None] * len(instances))
+        return {"responses": [{**inst, "answer": a, "mc_choice": c}
+                              for inst, a, c in zip(instances, opens, choices)]}
+
+    return declare_llm(target, *declared)
+
+
+_JUDGE_PARSER, _JUDGE_SCHEMA = label_with_reason(JUDGE_LABELS)
+
+
+@llm_agent("judge", prompt=JUDGE_PROMPT, offers=("question", "response"),
+           requires=("question", "response"), calls=2 + 2 * 4 * EXPECTED_PASS_RATE,
+           max_tokens=60)
+async def judge(state: AugmentationState, runtime: Runtime[CellContext]) -> dict:
+    ctx = runtime.context
+
+    async def one(resp: dict) -> tuple[str, str | None]:
+        if resp["answer"] is None:
+            return resp["key"], None
+        answer = await ask(ctx, "judge", {"question": resp["question"],
+                                          "response": resp["answer"]},
+                           prompt=JUDGE_PROMPT, parser=_JUDGE_PARSER, constraint=_JUDGE_SCHEMA,
+                           item=resp["key"], max_tokens=120)
+        _fail(f"judge {resp['key']}", answer)
+        return resp["key"], answer.value["label"] if answer.ok else None
+
+    return {"judged": dict(await asyncio.gather(*(one(r) for r in state.get("responses", []))))}
+
+
+def finalize(state: AugmentationState, runtime: Runtime[CellContext]) -> dict:
+    """One row per answered (condition, variant), and the provenance of every scenario.
+
+    ``dr`` is 1 (decisive), 0 (abstaining) or None (no answer or an unparsable verdict:
+    excluded and counted, never imputed); ``mc_choice`` likewise."""
+    ctx = runtime.context
+    record = state["record"]
+    category = state["item"].split(":", 1)[0]
+    base = {"item": state["item"], "category": category, "data_origin": bbq.group_of(record),
+            "polarity": record["question_polarity"], "label": bbq.unknown_index(record),
+            "stereotyped": bbq.stereotyped_index(record), "biased": bbq.biased_index(record)}
+    rows = []
+    for resp in state.get("responses", []):
+        verdict = state.get("judged", {}).get(resp["key"])
+        rows.append({**base, "condition": resp["condition"], "variant": resp["variant"],
+                     "answered": resp["answer"] is not None, "judge_label": verdict,
+                     "dr": None if verdict is None else int(verdict == "decisive"),
+                     "mc_choice": resp["mc_choice"]})
+    prompts = {n: _prompt_ref(ctx, n, p) for n, p in (
+        ("abstraction", ABSTRACTION_PROMPT), ("transform", TRANSFORM_PROMPT),
+        ("scenario", SCENARIO_PROMPT), *((v, VALIDATOR_PROMPT) for v in VALIDATORS),
+        ("rephrase", REPHRASE_PROMPT))}
+    models = {n: ctx.bindings.model_for(n).label for n in prompts}
+    variants = {v["variant"]: v for v in state.get("variants", [])}
+    augmented = []
+    for vote in state.get("votes", []):
+        variant = variants[vote["variant"]]
+        augmented.append({
+            "source_id": state["item"], "category": category,
+            "data_origin": bbq.group_of(record), "source_example_id": record["example_id"],
+            "original_context": record["context"], "question": record["question"],
+            "rephrased_question": state["rephrased"]["question"],
+            "abstraction": state.get("abstraction"), "variant": vote["variant"],
+            "person_a": variant["person_a"], "person_b": variant["person_b"],
+            "variant_context": variant["context"], "scenario": vote.get("scenario"),
+            "options": variant["options"], "label": base["label"],
+            "stereotyped": base["stereotyped"], "validator_votes": vote["votes"],
+            "passed": vote["passed"], "prompts": prompts, "models": models,
+            "exposure": ctx.condition.id, "seed": ctx.seed})
+    summary = {**base, "abstraction_ok": state.get("abstraction") is not None,
+               "n_variants": len(state.get("variants", [])),
+               "n_scenarios": sum(1 for s in state.get("scenarios", []) if s["scenario"]),
+               "n_passed": sum(1 for v in state.get("votes", []) if v["passed"]),
+               "rephrase_ok": state["rephrased"]["question"] is not None,
+               "rephrase_error": state["rephrased"]["error"]}
+    return {"rows": rows, "augmented": augmented, "summary": summary}
+
+
+# -- wiring ----------------------------------------------------------------------------------
+def build_graph(mc: bool = True) -> StateGraph:
+    builder = StateGraph(AugmentationState, context_schema=CellContext)
+    chain = [("abstraction", abstraction), ("transform", transform), ("scenario", scenario),
+             ("validate", validate), ("rephrase", rephrase), ("target", target_node(mc)),
+             ("judge", judge), ("finalize", finalize)]
+    for name, fn in chain:
+        builder.add_node(name, fn)
+    builder.add_edge(START, chain[0][0])
+    for (a, _), (b, _) in zip(chain, chain[1:]):
+        builder.add_edge(a, b)
+    builder.add_edge(chain[-1][0], END)
+    return builder
+
+
+DIRECTIONS = ("stereotype", "fairness")
+
+
+@lru_cache(maxsize=1)
+def _stances() -> dict[str, dict[str, str]]:
+    """Direction → slot values of ``augmentation/exposure``: the texts live in the template
+    files ``augmentation/stance@<direction>``, never in code."""
+    registry = PromptRegistry()
+    return {d: {"stance": registry.get(f"augmentation/stance@{d}").user.strip()}
+            for d in DIRECTIONS}
+
+
+@protocol
+class Augmentation(Protocol):
+    """DR%/AR% of targets on BBQ ambiguous contexts, rephrased questions and augmented scenarios."""
+
+    name = "augmentation"
+    Options = AugmentationOptions
+
+    @property
+    def directions(self) -> Mapping[str, Mapping[str, str]]:  # type: ignore[override]
+        return _stances()
+
+    def build(self, variant: str, options: AugmentationOptions | None = None) -> StateGraph:
+        return build_graph(mc=(options or AugmentationOptions()).mc)
+
+    def items(self, options: AugmentationOptions) -> list[str]:
+        return list(items_for(options))
+
+    def initial_state(self, variant: str, item: str, seed: int,
+                      options: AugmentationOptions) -> dict:
+        return {"item": item, "record": record_for(item, options)}
+
+    def estimate(self, variant: str, item: str, options: AugmentationOptions
+                 ) -> dict[str, float]:
+        """Expected calls and tokens of one source example, with the paper's pass rate."""
+        n, p = options.n_variants, EXPECTED_PASS_RATE
+        answered = 2 + 2 * n * p
+        calls = 1 + 1 + n + 3 * n + 1 + answered * (2 if options.mc else 1) + answered
+        gen = min(options.generation_max_tokens, 250)
+        tokens = (250 + 120) + (350 + 120 * n) + n * (200 + gen) + 3 * n * (400 + 50) \
+            + (150 + 25) + answered * (250 + min(options.answer_max_tokens, 80)) \
+            + (answered * (280 + 2) if options.mc else 0) + answered * (330 + 50)
+        return {"calls": calls, "tokens": tokens}
+
+    def report(self, store, run_dir: Path, options: AugmentationOptions) -> list[Path]:
+        from biaslab.experiments.reports.augmentation import write_report
+
+        return write_report(store, run_dir, options)
+
+    def headline(self, run_dir: Path):
+        import pandas as pd
+
+        path = Path(run_dir) / "tables" / "table2.csv"
+        return pd.read_csv(path) if path.is_file() else None
