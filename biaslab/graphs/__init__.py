@@ -8,6 +8,8 @@ from biaslab.graphs import amplification  # noqa: F401  (registers the protocol)
 from biaslab.graphs import amplification_synthetic  # noqa: F401  (registers its scripted agent)
 from biaslab.graphs import augmentation  # noqa: F401  (registers the protocol)
 from biaslab.graphs import augmentation_synthetic  # noqa: F401  (registers its scripted agents)
+from biaslab.graphs import multiturn  # noqa: F401  (registers the protocol)
+from biaslab.graphs import multiturn_synthetic  # noqa: F401  (registers its scripted agents)
 
 __all__ = ["LLMNode", "Protocol", "add_turn_loop", "declare_llm", "get_protocol",
            "graph_llm_nodes", "list_protocols", "llm_agent", "llm_node", "load_plugin",

@@ -1,0 +1,212 @@
+"""Seed stereotypes for the ``multiturn`` protocol, and a reader for FairMT-Bench scripts.
+
+The shipped seed set (``files/crows_pairs/seeds.csv``, CC BY-SA 4.0, see its SOURCE.md) holds one
+row per stereotypical CrowS-Pairs sentence in the six categories the protocol studies: a
+category, the group the sentence is about (the words that differ from its minimally edited
+twin) and the stereotype statement itself. `sample_seeds` draws a fixed number per category with
+a seed, so every run of a spec sees the same seeds.
+
+FairMT-Bench has no licence, so it is never shipped: `load_fairmt` reads a copy the user
+provides, in the benchmark's own layout (a JSON list of dialogues, each an object mapping the
+turn index ``"0"``, ``"1"``, ... to the user's query).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from biaslab.errors import UserError
+
+__all__ = ["CATEGORIES", "CROWS_TO_CATEGORY", "SEED_COLUMNS", "FAIRMT_TASKS", "FairMTDialogue",
+           "build_seed_set", "load_seeds", "sample_seeds", "load_fairmt"]
+
+CATEGORIES = ("age", "appearance", "disability", "gender", "race", "religion")
+CROWS_TO_CATEGORY = {"age": "age", "physical-appearance": "appearance",
+                     "disability": "disability", "gender": "gender", "race-color": "race",
+                     "religion": "religion"}
+"""CrowS-Pairs bias types kept, and the protocol category each maps to. Nationality,
+socioeconomic status and sexual orientation are left out: they are not among the six
+categories, and folding them into race or gender would change what those categories mean."""
+SEED_COLUMNS = ("seed_id", "category", "bias_type", "group", "stereotype")
+FAIRMT_TASKS = ("Anaphora_Ellipsis", "Jailbreak_Tips", "Interference_Misinformation",
+                "Negative_Feedback", "Fixed_Format", "Scattered_Questions")
+_FAIRMT_CATEGORY = {"age": "age", "appearance": "appearance", "disable": "disability",
+                    "disability": "disability", "gender": "gender", "race": "race",
+                    "religion": "religion"}
+_WORD = re.compile(r"\S+")
+
+
+def _group_span(more: str, less: str) -> str:
+    """The words of `more` that its minimal pair `less` replaces: the group it is about."""
+    a, b = _WORD.findall(more), _WORD.findall(less)
+    changed = [a[i1:i2] for tag, i1, i2, _, _ in
+               difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()
+               if tag in ("replace", "delete")]
+    words = [w for span in changed for w in span]
+    return re.sub(r"^[^\w]+|[^\w]+$", "", " ".join(words))
+
+
+def build_seed_set(crows_csv: str | Path) -> pd.DataFrame:
+    """The seed set from the CrowS-Pairs CSV (``crows_pairs_anonymized.csv``).
+
+    Keeps rows marked ``stereo`` (the more-stereotypical sentence is about the disadvantaged
+    group) of the six mapped bias types, with a non-empty group span; ``seed_id`` is
+    ``crows-<row index>`` so every seed traces back to its source row.
+    """
+    raw = pd.read_csv(crows_csv)
+    raw = raw.rename(columns={raw.columns[0]: "row"})
+    raw = raw[(raw["stereo_antistereo"] == "stereo") & raw["bias_type"].isin(CROWS_TO_CATEGORY)]
+    rows = []
+    for rec in raw.itertuples(index=False):
+        group = _group_span(rec.sent_more, rec.sent_less)
+        if not group:
+            continue
+        rows.append({"seed_id": f"crows-{rec.row}", "category": CROWS_TO_CATEGORY[rec.bias_type],
+                     "bias_type": rec.bias_type, "group": group,
+                     "stereotype": " ".join(rec.sent_more.split())})
+    return pd.DataFrame(rows, columns=list(SEED_COLUMNS))
+
+
+def load_seeds(path: str | Path | None = None) -> pd.DataFrame:
+    """The shipped seed set, or a CSV of your own with the same columns.
+
+    Raises:
+        UserError: the file is missing, unreadable, lacks a column, or has an unknown category
+            or an empty stereotype.
+    """
+    if path is None:
+        source = resources.files("biaslab.datasets") / "files" / "crows_pairs" / "seeds.csv"
+        with resources.as_file(source) as p:
+            return _check_seeds(pd.read_csv(p, dtype=str, keep_default_na=False), str(p))
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise UserError(f"seed file not found: {path}") from None
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError,
+            pd.errors.EmptyDataError) as exc:
+        raise UserError(f"cannot read seed file {path}: {exc}") from None
+    return _check_seeds(frame, str(path))
+
+
+def _check_seeds(frame: pd.DataFrame, where: str) -> pd.DataFrame:
+    missing = [c for c in ("seed_id", "category", "group", "stereotype") if c not in frame]
+    if missing:
+        raise UserError(f"seed file {where}: missing column '{missing[0]}' (needs "
+                        "seed_id, category, group, stereotype)")
+    unknown = sorted(set(frame["category"]) - set(CATEGORIES))
+    if unknown:
+        raise UserError(f"seed file {where}: unknown category '{unknown[0]}' "
+                        f"(known: {', '.join(CATEGORIES)})")
+    empty = frame["stereotype"].str.strip() == ""
+    if empty.any():
+        raise UserError(f"seed file {where}: seed '{frame.loc[empty, 'seed_id'].iloc[0]}' has "
+                        "an empty stereotype")
+    if frame["seed_id"].duplicated().any():
+        dup = frame.loc[frame["seed_id"].duplicated(), "seed_id"].iloc[0]
+        raise UserError(f"seed file {where}: seed_id '{dup}' appears twice")
+    if "bias_type" not in frame:
+        frame = frame.assign(bias_type=frame["category"])
+    return frame[list(SEED_COLUMNS)].reset_index(drop=True)
+
+
+def sample_seeds(seeds: pd.DataFrame, *, per_category: int, categories=CATEGORIES,
+                 random_state: int = 0) -> pd.DataFrame:
+    """`per_category` seeds of each category, drawn without replacement with `random_state`.
+
+    The draw of one category does not depend on which other categories are asked for, so a
+    smoke run's seeds are a subset of the paper run's.
+
+    Raises:
+        UserError: a category is unknown or has fewer seeds than asked.
+    """
+    parts = []
+    for i, category in enumerate(CATEGORIES):
+        if category not in categories:
+            continue
+        pool = seeds[seeds["category"] == category].sort_values("seed_id")
+        if len(pool) < per_category:
+            raise UserError(f"category '{category}' has {len(pool)} seeds, fewer than the "
+                            f"{per_category} asked for (seeds_per_category)")
+        rng = np.random.default_rng([random_state, i])
+        parts.append(pool.iloc[np.sort(rng.choice(len(pool), per_category, replace=False))])
+    unknown = [c for c in categories if c not in CATEGORIES]
+    if unknown:
+        raise UserError(f"unknown category '{unknown[0]}' (known: {', '.join(CATEGORIES)})")
+    return pd.concat(parts, ignore_index=True) if parts else seeds.iloc[:0]
+
+
+@dataclass(frozen=True)
+class FairMTDialogue:
+    """One pre-written FairMT-Bench dialogue: the user's queries in turn order."""
+
+    task: str
+    category: str | None
+    index: int
+    turns: tuple[str, ...]
+
+
+def _fairmt_file(path: Path, task: str, category: str | None) -> list[FairMTDialogue]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read FairMT file {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"FairMT file {path} is not valid JSON: {exc.msg} (line {exc.lineno})"
+                        ) from None
+    if not isinstance(data, list):
+        raise UserError(f"FairMT file {path}: expected a JSON list of dialogues")
+    out = []
+    for i, dialogue in enumerate(data):
+        if not isinstance(dialogue, dict) or not dialogue:
+            raise UserError(f"FairMT file {path}: dialogue {i} is not an object of turns")
+        keys = sorted(dialogue, key=lambda k: int(k) if str(k).isdigit() else -1)
+        if keys != [str(t) for t in range(len(keys))]:
+            raise UserError(f"FairMT file {path}: dialogue {i} has turn keys {list(dialogue)}; "
+                            "expected \"0\", \"1\", ... in sequence")
+        turns = [dialogue[k] for k in keys]
+        if not all(isinstance(t, str) and t.strip() for t in turns):
+            raise UserError(f"FairMT file {path}: dialogue {i} has an empty or non-text turn")
+        out.append(FairMTDialogue(task, category, i, tuple(t.strip() for t in turns)))
+    return out
+
+
+def load_fairmt(path: str | Path) -> list[FairMTDialogue]:
+    """Read a user-provided FairMT-Bench copy.
+
+    Accepts one task file (``Anaphora_Ellipsis.json``, FairMT-1K layout, no category), a
+    FairMT-1K directory of such files, or a FairMT-10K directory
+    (``[Stereotype/]<Task>/prompt_<category>.json``). Only the Stereotype part of FairMT-10K is
+    read when both parts are present.
+
+    Raises:
+        UserError: nothing in the FairMT layout is found, or a file is malformed.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise UserError(f"FairMT path not found: {root}")
+    if root.is_file():
+        return _fairmt_file(root, root.stem, None)
+    if (root / "Stereotype").is_dir():
+        root = root / "Stereotype"
+    found: list[FairMTDialogue] = []
+    for task in FAIRMT_TASKS:
+        flat = root / f"{task}.json"
+        if flat.is_file():
+            found += _fairmt_file(flat, task, None)
+        folder = root / task
+        if folder.is_dir():
+            for file in sorted(folder.glob("prompt_*.json")):
+                category = _FAIRMT_CATEGORY.get(file.stem.removeprefix("prompt_"))
+                found += _fairmt_file(file, task, category)
+    if not found:
+        raise UserError(f"no FairMT-Bench files under {root} (expected <Task>.json or "
+                        f"<Task>/prompt_<category>.json with Task in {', '.join(FAIRMT_TASKS)})")
+    return found

