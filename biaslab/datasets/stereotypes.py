@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from biaslab.datasets.user_files import read_user_csv
 from biaslab.errors import UserError
 
 __all__ = ["CATEGORIES", "CROWS_TO_CATEGORY", "SEED_COLUMNS", "FAIRMT_TASKS", "FairMTDialogue",
@@ -86,14 +87,7 @@ def load_seeds(path: str | Path | None = None) -> pd.DataFrame:
         source = resources.files("biaslab.datasets") / "files" / "crows_pairs" / "seeds.csv"
         with resources.as_file(source) as p:
             return _check_seeds(pd.read_csv(p, dtype=str, keep_default_na=False), str(p))
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except FileNotFoundError:
-        raise UserError(f"seed file not found: {path}") from None
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError,
-            pd.errors.EmptyDataError) as exc:
-        raise UserError(f"cannot read seed file {path}: {exc}") from None
-    return _check_seeds(frame, str(path))
+    return _check_seeds(read_user_csv(path, "seed file"), str(path))
 
 
 def _check_seeds(frame: pd.DataFrame, where: str) -> pd.DataFrame:

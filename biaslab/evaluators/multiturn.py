@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from biaslab.datasets.user_files import read_user_csv
 from biaslab.errors import UserError
 from biaslab.evaluators.stats import bootstrap, gwet_ac1
 from biaslab.evaluators.votes import majority_vote
@@ -361,13 +362,7 @@ def read_human_labels(path) -> pd.DataFrame:
     Raises:
         UserError: unreadable file, a missing column, or a label that is not yes/no.
     """
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except FileNotFoundError:
-        raise UserError(f"human label file not found: {path}") from None
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError,
-            pd.errors.EmptyDataError) as exc:
-        raise UserError(f"cannot read human label file {path}: {exc}") from None
+    frame = read_user_csv(path, "human label file")
     missing = [c for c in ("cell_id", "turn", "annotator", "label") if c not in frame]
     if missing:
         raise UserError(f"human label file {path}: missing column '{missing[0]}' (needs "

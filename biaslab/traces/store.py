@@ -177,6 +177,15 @@ class RunStore:
                 args):
             yield cid, seq, nd, json.loads(value)
 
+    def finished_outputs(self, node: str) -> Iterator[tuple[dict[str, Any], Any]]:
+        """Yields (cell coordinates with ``cell_id``, value) for each output of `node` in a
+        finished cell: what a report reads, never half a cell."""
+        coords = {cid: {"cell_id": cid, **json.loads(c)} for cid, c in self.conn.execute(
+            "SELECT cell_id, coords FROM cells WHERE status='done'")}
+        for cell_id, _, _, value in self.iter_outputs(node=node):
+            if cell_id in coords:
+                yield coords[cell_id], value
+
     def raw_outputs(self) -> dict[tuple[str, int], tuple[str, str]]:
         """Outputs as stored bytes, keyed by (cell_id, seq), for byte-for-byte comparison."""
         return {(c, s): (n, v) for c, s, n, v in

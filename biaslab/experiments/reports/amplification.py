@@ -323,15 +323,8 @@ def predictions_frame(store, options) -> pd.DataFrame:
     the record's true label and sex from the dataset (labels never enter the graph)."""
     from biaslab.graphs.amplification import _split
 
-    cells = store.cells()
-    if cells.empty:
-        return pd.DataFrame()
-    cells = cells[cells["status"] == "done"].set_index("cell_id")
     rows = []
-    for cell_id, _, _, value in store.iter_outputs(node="finalize"):
-        if cell_id not in cells.index:
-            continue
-        c = cells.loc[cell_id]
+    for c, value in store.finished_outputs("finalize"):
         split = _split(c["item"], int(c["seed"]), options.max_test, options.data_dir)
         for p in value["predictions"]:
             rid = p["record_id"]

@@ -48,15 +48,9 @@ def _condition(row) -> str:
 
 def dialogues_frame(store) -> pd.DataFrame:
     """One row per finished dialogue, with its grid coordinates and its turns."""
-    cells = store.cells()
-    if cells.empty:
-        return pd.DataFrame()
-    cells = cells[cells["status"] == "done"].set_index("cell_id")
     rows = []
-    for cell_id, _, _, value in store.iter_outputs(node="finalize"):
-        if cell_id not in cells.index:
-            continue
-        c = cells.loc[cell_id]
+    for c, value in store.finished_outputs("finalize"):
+        cell_id = c["cell_id"]
         d = value["dialogue"]
         spec = parse_variant(c["variant"])
         rows.append({"cell_id": cell_id, "variant": c["variant"], "mode": spec["mode"],
