@@ -10,6 +10,7 @@ from biaslab.graphs import augmentation  # noqa: F401  (registers the protocol)
 from biaslab.graphs import augmentation_synthetic  # noqa: F401  (registers its scripted agents)
 from biaslab.graphs import multiturn  # noqa: F401  (registers the protocol)
 from biaslab.graphs import multiturn_synthetic  # noqa: F401  (registers its scripted agents)
+from biaslab.graphs import roleplay, roleplay_generation, roleplay_synthetic  # noqa: F401,E501  (registers the protocols and scripted agents)
 
 __all__ = ["LLMNode", "Protocol", "add_turn_loop", "declare_llm", "get_protocol",
            "graph_llm_nodes", "list_protocols", "llm_agent", "llm_node", "load_plugin",

@@ -1,0 +1,439 @@
+"""Tables and figures of the ``roleplay`` protocol (BiasLens), from the run store alone.
+
+Tables (``tables/``), each as CSV and most also as Markdown:
+
+- ``table3``: biased questions per model × attribute × type (the paper's Table 3 layout), from
+  the ``role`` variant's clean arm; ``biased_counts.csv`` has the rates, Wilson CIs and
+  the bank-scaled estimate behind it;
+- ``table5``: role vs no role per model × type, with relative change, difference CI and the
+  two-proportion z-test (Table 5);
+- ``table6``: consistency across the repeats, among questions with at least one biased answer
+  (Table 6);
+- ``overlap.csv``: how many models each bias-triggering question triggers;
+- ``per_attribute.csv`` and ``top_roles.csv``;
+- ``bias_types.csv``: biased questions per attribute × bias type (from the classifier);
+- ``oracle_agreement.csv``: Cohen's kappa and percent agreement between the Why oracles
+  (judge ensemble, each judge, keyword rule) and human labels when given;
+- ``exposure_effects.csv``: each exposed node × direction against clean on the same
+  questions, with a paired bootstrap CI;
+- ``answers.csv`` (one row per question × cell) and ``parse_failures.csv``.
+
+Figures (``figures/``, PNG and SVG): ``overlap_hist``, ``per_attribute``,
+``bias_type_heatmap`` and, with exposure arms, ``exposure_effects``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from biaslab.errors import UserError
+from biaslab.evaluators import roleplay as rp
+from biaslab.evaluators.exposure_effects import paired_condition_effects
+from biaslab.prompts.registry import PromptRegistry
+
+__all__ = ["questions_frame", "bias_type_frame", "write_report", "write_generation_report",
+           "headline", "oracle_reliability", "response_frame", "load_human_labels"]
+
+# Okabe-Ito: colour-blind safe.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
+           "#000000"]
+CLEAN = "none"
+
+
+def _condition(cells: pd.DataFrame) -> pd.Series:
+    return np.where(cells["target"] == CLEAN, CLEAN,
+                    cells["target"].astype(str) + ":" + cells["direction"].astype(str))
+
+
+def _cells(store) -> pd.DataFrame:
+    cells = store.cells()
+    if cells.empty:
+        return cells
+    cells = cells[cells["status"] == "done"].copy()
+    cells["condition"] = _condition(cells)
+    return cells
+
+
+def questions_frame(store) -> pd.DataFrame:
+    """One row per question × finished cell: the oracles' row plus the cell's coordinates
+    (variant, model, seed, condition, target, direction)."""
+    cells = _cells(store)
+    if cells.empty:
+        return pd.DataFrame()
+    coords = cells.set_index("cell_id")[["variant", "model", "seed", "condition", "target",
+                                         "direction"]]
+    rows = []
+    for cell_id, _, _, value in store.iter_outputs(node="oracles"):
+        if cell_id not in coords.index:
+            continue
+        meta = coords.loc[cell_id].to_dict()
+        for row in value.get("scored", []):
+            rows.append({**meta, "cell_id": cell_id, **row})
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame["verdict"] = frame["verdict"].astype(object).where(frame["verdict"].notna(), None)
+    return frame
+
+
+def bias_type_frame(store) -> pd.DataFrame:
+    """The classifier's label per question and model (clean arm of ``bias_type``)."""
+    cells = _cells(store)
+    if cells.empty:
+        return pd.DataFrame()
+    clean = cells[(cells["variant"] == "bias_type") & (cells["condition"] == CLEAN)]
+    models = clean.set_index("cell_id")["model"]
+    rows = []
+    for cell_id, _, _, value in store.iter_outputs(node="classify"):
+        if cell_id in models.index:
+            rows += [{**r, "model": models[cell_id]} for r in value.get("bias_types", [])]
+    return pd.DataFrame(rows)
+
+
+def response_frame(questions: pd.DataFrame) -> pd.DataFrame:
+    """One row per Why answer: the judge ensemble's, each judge's and the keyword verdicts."""
+    why = questions[questions["type"] == "why"] if len(questions) else questions
+    rows = []
+    for rec in why.itertuples(index=False):
+        for sample, (label, keyword, votes) in enumerate(zip(rec.labels, rec.keyword,
+                                                             rec.judge_votes)):
+            row = {"model": rec.model, "variant": rec.variant, "condition": rec.condition,
+                   "seed": rec.seed, "qid": rec.qid, "sample": sample,
+                   "ensemble": None if label is None else label == "biased",
+                   "keyword": keyword}
+            for j, vote in enumerate(votes):
+                row[f"why_judge_{j + 1}"] = None if vote is None else vote == "biased"
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def load_human_labels(path: str | Path) -> pd.DataFrame:
+    """A human-label CSV: ``qid``, ``sample`` (0-based repeat), ``label`` (biased/fair,
+    yes/no, true/false or 1/0), optional ``model`` and ``variant`` (without it, the labels
+    are of the ``role`` variant's answers; without ``model``, of every model's).
+
+    Raises:
+        UserError: unreadable file, missing column or unknown label.
+    """
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read human labels {path}: {exc}") from None
+    missing = [c for c in ("qid", "sample", "label") if c not in frame.columns]
+    if missing:
+        raise UserError(f"human labels {path}: missing column '{missing[0]}' "
+                        "(need qid, sample, label)")
+    truth = {"biased": True, "yes": True, "true": True, "1": True,
+             "fair": False, "no": False, "false": False, "0": False}
+    bad = sorted(set(frame["label"].str.strip().str.lower()) - set(truth) - {""})
+    if bad:
+        raise UserError(f"human labels {path}: unknown label '{bad[0]}' (use biased/fair or 1/0)")
+    frame["human"] = frame["label"].str.strip().str.lower().map(truth)
+    try:
+        frame["sample"] = frame["sample"].astype(int)
+    except ValueError:
+        raise UserError(f"human labels {path}: 'sample' must be an integer repeat index") from None
+    return frame
+
+
+def oracle_reliability(responses: pd.DataFrame, human: pd.DataFrame | None = None
+                       ) -> pd.DataFrame:
+    """Agreement of the Why oracles, per model: ensemble vs keyword, and each oracle vs the
+    human labels when given (clean arms only)."""
+    rows = []
+    if responses.empty:
+        return pd.DataFrame(columns=["model", "oracle", "reference", "n", "n_dropped", "kappa",
+                                     "percent_agreement"])
+    clean = responses[responses["condition"] == CLEAN]
+    judges = sorted(c for c in clean.columns if c.startswith("why_judge_"))
+    for model, part in clean.groupby("model", sort=True):
+        rows.append({"model": model, "oracle": "judge_ensemble", "reference": "keyword",
+                     **rp.oracle_agreement(list(part["ensemble"]), list(part["keyword"]))})
+        if human is None:
+            continue
+        keys = ["qid", "sample"] + [k for k in ("model", "variant") if k in human.columns]
+        # labels without a variant column are labels of the role variant (the paper's setting)
+        labelled = part if "variant" in human.columns else part[part["variant"] == "role"]
+        merged = labelled.merge(human[keys + ["human"]], on=keys, how="inner")
+        for oracle in ["judge_ensemble", "keyword", *judges]:
+            column = "ensemble" if oracle == "judge_ensemble" else oracle
+            rows.append({"model": model, "oracle": oracle, "reference": "human",
+                         **rp.oracle_agreement(list(merged[column]), list(merged["human"]))})
+    return pd.DataFrame(rows)
+
+
+# -- writing ---------------------------------------------------------------------------------
+def _md(frame: pd.DataFrame, index: bool = True) -> str:
+    data = frame.reset_index() if index else frame
+    if isinstance(data.columns, pd.MultiIndex):
+        data.columns = [" / ".join(str(x) for x in c if str(x)) for c in data.columns]
+
+    def cell(x: Any) -> str:
+        if isinstance(x, float):
+            return "" if math.isnan(x) else f"{x:.3g}"
+        return str(x).replace("|", "\\|")
+
+    head = "| " + " | ".join(map(str, data.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in data.columns) + "|"
+    body = ["| " + " | ".join(cell(x) for x in row) + " |"
+            for row in data.itertuples(index=False)]
+    return "\n".join([head, rule, *body]) + "\n"
+
+
+def _save(fig: Figure, out: Path, name: str) -> list[Path]:
+    FigureCanvasAgg(fig)
+    fig.tight_layout()
+    paths = []
+    for ext in ("png", "svg"):
+        path = out / f"{name}.{ext}"
+        fig.savefig(path, dpi=150 if ext == "png" else "figure")
+        paths.append(path)
+    return paths
+
+
+def plot_overlap(overlap: pd.DataFrame, out: Path) -> list[Path]:
+    fig = Figure(figsize=(4.5, 3.2))
+    ax = fig.add_subplot()
+    if overlap.empty or overlap["questions"].sum() == 0:
+        ax.text(0.5, 0.5, "no bias-triggering question", ha="center", va="center")
+    else:
+        ax.bar(overlap["n_models"].astype(str), overlap["questions"], color=PALETTE[0])
+        for x, y in zip(overlap["n_models"].astype(str), overlap["questions"]):
+            ax.annotate(str(y), (x, y), ha="center", va="bottom", fontsize=8)
+    of = int(overlap["of_models"].iloc[0]) if len(overlap) else 0
+    ax.set_xlabel(f"models triggered (of {of})")
+    ax.set_ylabel("bias-triggering questions")
+    ax.set_title("Overlap of biased questions across models", fontsize=10)
+    return _save(fig, out, "overlap_hist")
+
+
+def plot_per_attribute(counts: pd.DataFrame, out: Path) -> list[Path]:
+    """Biased rate per attribute and model (grouped bars) with Wilson 95% CIs."""
+    fig = Figure(figsize=(7.5, 3.6))
+    ax = fig.add_subplot()
+    attributes = sorted(counts["attribute"].unique())
+    models = list(dict.fromkeys(counts["model"]))
+    width = 0.8 / max(len(models), 1)
+    x = np.arange(len(attributes))
+    for i, model in enumerate(models):
+        part = counts[counts["model"] == model].set_index("attribute").reindex(attributes)
+        rate = part["rate"].to_numpy(dtype=float) * 100
+        low = (part["rate"] - part["ci_low"]).to_numpy(dtype=float) * 100
+        high = (part["ci_high"] - part["rate"]).to_numpy(dtype=float) * 100
+        ax.bar(x + (i - (len(models) - 1) / 2) * width, np.nan_to_num(rate), width,
+               yerr=[np.nan_to_num(low), np.nan_to_num(high)], capsize=2,
+               color=PALETTE[i % len(PALETTE)], label=model, error_kw={"lw": 0.8})
+    ax.set_xticks(x, attributes, rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("biased questions (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title("Biased questions per attribute (role, clean; 95% Wilson CI)", fontsize=10)
+    ax.legend(fontsize=7, frameon=False, loc="upper right")
+    return _save(fig, out, "per_attribute")
+
+
+def plot_bias_types(table: pd.DataFrame, out: Path) -> list[Path]:
+    fig = Figure(figsize=(7.5, 4.2))
+    ax = fig.add_subplot()
+    if table.empty:
+        ax.text(0.5, 0.5, "no classified biased question", ha="center", va="center")
+        ax.set_axis_off()
+        return _save(fig, out, "bias_type_heatmap")
+    values = table.to_numpy(dtype=float)
+    image = ax.imshow(values, cmap="viridis", aspect="auto", vmin=0)
+    ax.set_xticks(range(table.shape[1]), table.columns, rotation=40, ha="right", fontsize=7)
+    ax.set_yticks(range(table.shape[0]), table.index, fontsize=7)
+    top = values.max() if values.size else 0
+    for (i, j), v in np.ndenumerate(values):
+        if v:
+            ax.text(j, i, f"{int(v)}", ha="center", va="center", fontsize=6,
+                    color="white" if v < top / 2 else "black")
+    fig.colorbar(image, ax=ax, label="biased questions")
+    ax.set_xlabel("bias type (classifier)")
+    ax.set_ylabel("role attribute")
+    ax.set_title("Biased questions: role attribute × bias type", fontsize=10)
+    return _save(fig, out, "bias_type_heatmap")
+
+
+def plot_exposure(effects: pd.DataFrame, out: Path) -> list[Path]:
+    """Paired exposed − clean differences with 95% CIs, one row per arm; coloured by
+    direction."""
+    rows = effects.dropna(subset=["diff"]).reset_index(drop=True)
+    several = rows["model"].nunique() > 1
+    fig = Figure(figsize=(7.0, 1.2 + 0.3 * max(len(rows), 1)))
+    ax = fig.add_subplot()
+    labels = [(f"{r.model} · " if several else "") + f"{r.variant} · {r.type} · {r.condition}"
+              for r in rows.itertuples()]
+    directions = list(dict.fromkeys(c.split(":")[-1] for c in rows["condition"]))
+    colour = {d: PALETTE[(i + 2) % len(PALETTE)] for i, d in enumerate(directions)}
+    for i, r in enumerate(rows.itertuples()):
+        c = colour[r.condition.split(":")[-1]]
+        ax.errorbar([r.diff * 100], [i], xerr=[[(r.diff - r.ci_low) * 100],
+                                               [(r.ci_high - r.diff) * 100]],
+                    fmt="o", color=c, ecolor=c, capsize=2)
+    ax.axvline(0, color="0.6", lw=0.8)
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("biased rate, exposed − clean (points, 95% paired CI)", fontsize=8)
+    ax.set_title("Exposure effects on the same questions", fontsize=9)
+    return _save(fig, out, "exposure_effects")
+
+
+def write_report(store, run_dir: str | Path, options) -> list[Path]:
+    """Every roleplay table and figure under `run_dir`/tables and `run_dir`/figures."""
+    run_dir = Path(run_dir)
+    tables, figures = run_dir / "tables", run_dir / "figures"
+    tables.mkdir(parents=True, exist_ok=True)
+    figures.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    def put(frame: pd.DataFrame, name: str, markdown: bool = False, index: bool = False) -> None:
+        path = tables / f"{name}.csv"
+        frame.to_csv(path, index=index)
+        written.append(path)
+        if markdown:
+            md = tables / f"{name}.md"
+            md.write_text(_md(frame, index=index), encoding="utf-8")
+            written.append(md)
+
+    questions = questions_frame(store)
+    if questions.empty:
+        return written
+    flat = questions.drop(columns=[c for c in ("labels", "biased", "judge_votes", "keyword")
+                                   if c in questions.columns])
+    put(flat, "answers")
+    parse = (questions.groupby(["model", "variant", "condition", "type"], sort=True)
+             .agg(questions=("qid", "size"), answers_unparsed=("n_parse_failures", "sum"),
+                  answers_unscored=("n_unscored", "sum"),
+                  undecided=("verdict", lambda v: int(sum(x is None for x in v))))
+             .reset_index())
+    put(parse, "parse_failures")
+
+    base = questions[(questions["variant"] == "role") & (questions["condition"] == CLEAN)]
+    if not base.empty:
+        put(rp.biased_counts(base, ["model", "attribute", "type"]), "biased_counts")
+        put(rp.table3(base), "table3", markdown=True, index=True)
+        counts = rp.biased_counts(base, ["model", "attribute"])
+        written += plot_per_attribute(counts, figures)
+        put(rp.per_attribute(base), "per_attribute", markdown=True)
+        put(rp.top_roles(base, options.top_roles), "top_roles", markdown=True)
+        overlap = rp.overlap_counts(base)
+        put(overlap, "overlap")
+        written += plot_overlap(overlap, figures)
+        put(rp.consistency_table(base, repeats=options.repeats), "table6", markdown=True)
+    clean = questions[questions["condition"] == CLEAN]
+    table5 = rp.role_vs_no_role(clean)
+    if not table5.empty:
+        put(table5, "table5", markdown=True)
+
+    types = bias_type_frame(store)
+    if not types.empty and not base.empty:
+        label = (types.dropna(subset=["bias_type"]).groupby("qid")["bias_type"]
+                 .agg(lambda s: s.value_counts().index[0]))
+        biased = base[base["verdict"].map(lambda v: v is True)].assign(
+            bias_type=lambda f: f["qid"].map(label))
+        heat = pd.crosstab(biased["attribute"], biased["bias_type"].fillna("unclassified"))
+        # every type keeps its column, so heatmaps of different runs line up
+        known = list(PromptRegistry().get("roleplay/bias_type").labels)
+        heat = heat.reindex(columns=known + [c for c in heat.columns if c not in known],
+                            fill_value=0)
+        put(heat, "bias_types", markdown=True, index=True)
+        written += plot_bias_types(heat, figures)
+        put(types, "bias_type_labels")
+
+    human = load_human_labels(options.human_labels) if options.human_labels else None
+    reliability = oracle_reliability(response_frame(questions), human)
+    if not reliability.empty:
+        put(reliability, "oracle_agreement", markdown=True)
+
+    if (questions["condition"] != CLEAN).any():
+        frame = questions.assign(biased=questions["verdict"].map(
+            lambda v: np.nan if v is None else float(v)))
+        effects = paired_condition_effects(frame, value="biased", pair_on=["qid", "seed"],
+                                           by=["model", "variant", "type"], random_state=0)
+        # a Why judge only sees Why answers: its arms on other types are trivially zero
+        judged_elsewhere = (effects["condition"].str.startswith("why_judge")
+                            & (effects["type"] != "why"))
+        effects = effects[~judged_elsewhere].reset_index(drop=True)
+        put(effects, "exposure_effects", markdown=True)
+        if effects["diff"].notna().any():
+            written += plot_exposure(effects, figures)
+    return written
+
+
+def headline(run_dir: str | Path) -> pd.DataFrame | None:
+    """Table 5 (role vs no role) when both variants ran, else the biased counts."""
+    tables = Path(run_dir) / "tables"
+    path = tables / "table5.csv"
+    if path.is_file():
+        frame = pd.read_csv(path)
+        out = frame[["model", "type", "biased_role", "n_role", "biased_no_role", "n_no_role",
+                     "diff", "ci_low", "ci_high", "p_value"]].copy()
+        for col in ("diff", "ci_low", "ci_high"):
+            out[col] = out[col].map(lambda x: f"{x:+.3f}")
+        out["p_value"] = out["p_value"].map(lambda x: f"{x:.2g}")
+        out.attrs["title"] = "Biased questions with and without the role statement (Table 5)"
+        return out
+    path = tables / "biased_counts.csv"
+    if path.is_file():
+        frame = pd.read_csv(path)
+        out = frame.groupby(["model", "type"], sort=True)[["biased", "n_decided"]].sum()
+        out = out.reset_index()
+        out.attrs["title"] = "Biased questions (role, clean)"
+        return out
+    return None
+
+
+# -- the generation protocol --------------------------------------------------------------------
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "x"
+
+
+def write_generation_report(store, run_dir: str | Path, options) -> list[Path]:
+    """``roleplay_generate``: the bank of each model × condition under ``bank/`` and
+    ``tables/generation_stats.csv`` (roles generated / near-duplicate, questions generated,
+    kept and dropped by reason)."""
+    from biaslab.datasets.biaslens import write_bank
+
+    run_dir = Path(run_dir)
+    cells = _cells(store)
+    written: list[Path] = []
+    if cells.empty:
+        return written
+    coords = cells.set_index("cell_id")[["model", "condition", "item"]]
+    stats, questions, roles = [], [], []
+    for cell_id, _, node, value in store.iter_outputs():
+        if cell_id not in coords.index:
+            continue
+        meta = coords.loc[cell_id].to_dict()
+        if node == "filter_questions":
+            stats.append({**meta, **value["stats"]})
+            questions += [{**meta, **q} for q in value["questions"]]
+        elif node == "dedupe_roles":
+            roles.append({**meta, "roles": value["roles"],
+                          "dropped": [d["role"] for d in value["dropped_roles"]]})
+    tables = run_dir / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    stat_frame = pd.DataFrame(stats)
+    counts = [c for c in stat_frame.columns if c not in ("model", "condition", "item")]
+    stat_frame[counts] = stat_frame[counts].fillna(0).astype(int)
+    path = tables / "generation_stats.csv"
+    stat_frame.to_csv(path, index=False)
+    written.append(path)
+    question_frame = pd.DataFrame(questions)
+    role_frame = pd.DataFrame(roles)
+    for (model, condition), part in role_frame.groupby(["model", "condition"], sort=True):
+        out = run_dir / "bank" / _safe(model) / _safe(condition)
+        role_map = {r["item"]: list(r["roles"]) for r in part.to_dict("records")}
+        qs = (question_frame[(question_frame["model"] == model)
+                             & (question_frame["condition"] == condition)]
+              if len(question_frame) else pd.DataFrame(columns=["attribute", "role", "type",
+                                                                "question"]))
+        written += write_bank(out, role_map, qs)
+    return written
