@@ -8,6 +8,7 @@ import json
 import re
 import threading
 
+import pandas as pd
 import pytest
 
 pytest.importorskip("xllamacpp")
@@ -156,9 +157,9 @@ JUDGE = [SystemMessage("You arbitrate between two predictors of whether a studen
          HumanMessage("Student 1: age 17, studytime 2, failures 1, absences 5, G1 10, G2 11.\n"
                       "A language-model predictor gives 0.31; a gradient-boosting model gives "
                       "0.69. Decide. Reply with exactly one line: FINAL: p")]
-OTHERS = [("Name a color.", 4), ("Summarise in one sentence: " + "apples " * 40, 10),
-          ("Count to five.", 6), ("Write a haiku about rain and long train journeys.", 12),
-          ("hi", 3), ("Summarise: " + "the quick brown fox jumps over the lazy dog. " * 12, 8)]
+OTHERS = [("Name a color.", 4), ("Summarise in one sentence: " + "apples " * 30, 8),
+          ("Count to five.", 6), ("Write a haiku about rain and long train journeys.", 10),
+          ("hi", 3), ("Summarise: " + "the quick brown fox jumps over the lazy dog. " * 6, 5)]
 
 
 def _mixed_in_threads(model, target_kw):
@@ -233,8 +234,10 @@ def _run_and_report(spec: dict, run_dir):
 def test_run_rebuilt_from_shared_cache_reproduces_its_tables(tmp_path, monkeypatch,
                                                              isolated_cache):
     monkeypatch.setenv("BIASLAB_LOCAL_THREADS", "1")
+    # E0 (prediction only): E1's 240-token explanation would triple the test's time, and the
+    # property under test does not depend on the pipeline.
     spec = amplification_spec(models=["local"], run={"concurrency": 4},
-                              options={"pipelines": ["E1"], "max_test": 6, "n_resamples": 200},
+                              options={"pipelines": ["E0"], "max_test": 4, "n_resamples": 200},
                               conditions={"directions": ["pro_female"],
                                           "targets": ["prediction"]})
     first = _run_and_report(spec, tmp_path / "A")
@@ -243,7 +246,15 @@ def test_run_rebuilt_from_shared_cache_reproduces_its_tables(tmp_path, monkeypat
     again = _run_and_report(spec, tmp_path / "B")
     assert again.cells_failed == 0 and again.counters.model_calls == 0
     a_dir, b_dir = tmp_path / "A" / "tables", tmp_path / "B" / "tables"
-    tables = sorted(p.name for p in a_dir.glob("*.csv"))
-    assert "metrics.csv" in tables and tables == sorted(p.name for p in b_dir.glob("*.csv"))
-    match, mismatch, errors = filecmp.cmpfiles(a_dir, b_dir, tables, shallow=False)
-    assert mismatch == [] and errors == [] and match == tables
+    tables = sorted(p.name for p in a_dir.iterdir() if p.is_file())
+    assert {"aggregated.csv", "table1.md"} <= set(tables)
+    assert tables == sorted(p.name for p in b_dir.iterdir() if p.is_file())
+    # calls_by_node.csv says how each call was answered (model or cache), which is exactly what
+    # differs; its other columns, and every other table, must be identical bytes.
+    results = [t for t in tables if t != "calls_by_node.csv"]
+    match, mismatch, errors = filecmp.cmpfiles(a_dir, b_dir, results, shallow=False)
+    assert mismatch == [] and errors == [] and match == results
+    how = ["model_calls", "cache_hits"]
+    a_calls, b_calls = (pd.read_csv(d / "calls_by_node.csv") for d in (a_dir, b_dir))
+    assert (b_calls["cache_hits"] == b_calls["calls"]).all() and (b_calls["model_calls"] == 0).all()
+    pd.testing.assert_frame_equal(a_calls.drop(columns=how), b_calls.drop(columns=how))

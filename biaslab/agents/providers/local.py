@@ -29,9 +29,9 @@ identical requests, and greedy decoding turns the last-bit differences into othe
     the last one, alone. A judge-style request answered "The probability of a student failing
     ... 0.69" cold, then "The language-model predictor gives 0.31 ..." on every repeat; of 12
     judge requests sharing a system prompt, 3 changed once their common prefix came from the
-    cache. This is the issue's "0.97, then 0.35, 0.35": the first call after load is not special,
-    it is simply the only one that computed its whole prompt. With ``cache_prompt: false`` 11 of
-    11 repeats matched, alone or concurrent.
+    cache. This matches the pattern of issue 6 ("0.97, then 0.35, 0.35"): the first call after
+    load is not special in itself, it is just the only one that computed its whole prompt.
+    With ``cache_prompt: false`` 11 of 11 repeats matched, alone or concurrent.
   * Continuous batching across slots. With prompt caching off, 12 judge requests sent 6 at a
     time (so they share the batch with each other; 3 rounds) differed from their alone answers
     in 1 of 36 cases on 2 slots and 6 of 36 on 4 slots; an earlier round on 2 slots, 1 of 6.
@@ -47,17 +47,22 @@ sent with ``cache_prompt: false``, the server's RAM prompt cache is off, and cal
 are serialized by a lock: each request is computed alone and from scratch, and identical requests
 give byte-identical text whatever else runs (tests/agents/test_local_model.py checks this, alone
 and 6x concurrent among other requests). The cost is measured by ``bench/local_determinism.py``
-(see bench/results.md): the prompt is recomputed on every call, and concurrent calls no longer
-share a batch. ``deterministic=False`` (or ``BIASLAB_LOCAL_DETERMINISTIC=0``) restores the old
-behaviour (prefix reuse, concurrent slots) for throughput, at the price of answers that depend on
-call order and concurrency. The two modes use separate servers, so they never share a batch.
+(bench/results.md): the prompt is recomputed on every call, and concurrent calls no longer share
+a batch. On 2 shared cores, 12 judge-style requests (~110-token prompts sharing a system prompt,
+16 tokens out) ran at 0.69x the old calls/s at concurrency 1 and 0.75x at concurrency 4; at
+concurrency 4 the old mode changed 3 of 12 answers, the new one none. ``deterministic=False``
+(or ``BIASLAB_LOCAL_DETERMINISTIC=0``) restores the old behaviour (prefix reuse, concurrent
+slots) for throughput, at the price of answers that depend on call order and concurrency. The
+two modes use separate servers, so they never share a batch.
 
 Throughput seen on the 2-core (AMD EPYC, shared VM) dev machine with SmolLM2-135M Q4_1,
 n_threads=2: prompt processing ~180-250 tokens/s, generation ~90-115 tokens/s for one request
 (a 200-token reply takes ~2 s; a typical 20-60-token answer 0.3-0.8 s). Two concurrent requests
 do NOT raise throughput on 2 cores: ~40 tokens/s each, ~80 tokens/s aggregate (batched decoding
 is slower per token than single-sequence decoding on this CPU). Concurrency helps on machines with
-more cores; on 2 cores ``n_parallel`` mainly buys fairness/latency overlap, not speed.
+more cores; on 2 cores ``n_parallel`` mainly buys fairness/latency overlap, not speed. (These
+figures are for ``deterministic=False``; in deterministic mode one call runs at a time per server
+and ``n_parallel`` only splits ``n_ctx``.)
 
 CPU contention matters more than anything else: llama.cpp's threads spin-wait at barriers, so when
 other processes occupy the cores, n_threads=2 on 2 cores collapsed to 5-30 tokens/s, while
