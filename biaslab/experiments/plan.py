@@ -65,6 +65,11 @@ class Plan:
     llm_nodes: dict[str, list[LLMNode]] = field(default_factory=dict)
     """Variant → its declared LLM nodes, read once from the built graph."""
 
+    @property
+    def exposure_template(self) -> str:
+        """The spec's exposure template, else the protocol's default."""
+        return self.spec.conditions.template or self.protocol.exposure_template
+
     def compile(self, variant: str):
         """The compiled graph of a variant (one per run; every cell of it shares it)."""
         return self.protocol.build(variant, self.options).compile()
@@ -104,7 +109,7 @@ class Plan:
             for variant, nodes in self.llm_nodes.items() for node in nodes}
         payload = {"spec": spec, "models": [m.public() for m in self.all_model_specs()],
                    "options": self.options.model_dump(), "prompts": prompts,
-                   "exposure": self.prompts.get(self.spec.conditions.template).content_hash}
+                   "exposure": self.prompts.get(self.exposure_template).content_hash}
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()
                               ).hexdigest()[:16]
 
@@ -149,7 +154,7 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
     plan = Plan(spec, proto, options, prompts, model_specs, node_models, node_prompts,
                 llm_nodes=llm_nodes)
     if directions:  # a protocol without directions has only its clean arm
-        exposure_template = prompts.get(spec.conditions.template)
+        exposure_template = prompts.get(plan.exposure_template)
         for values in directions.values():
             exposure_template.check_slots(values, "exposure")
     for variant in proto.variants(options):
@@ -175,7 +180,8 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
                 raise UserError(f"[conditions] target '{unknown[0]}' names no LLM node of "
                                 f"'{proto.name}' (nodes: {', '.join(sorted(known_nodes))})")
         plan.conditions[variant] = exposure_conditions(
-            names, directions, targets=targets, template=c.template, position=c.position,
+            names, directions, targets=targets, template=plan.exposure_template,
+            position=c.position,
             include_clean=c.include_clean)
     if check_keys:
         for model in plan.all_model_specs():

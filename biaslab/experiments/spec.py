@@ -55,7 +55,8 @@ class ConditionSettings(_Strict):
     targets: str | list[str] = "all"
     """'all' (every non-empty subset of LLM nodes), 'singletons', 'each_and_all', or a list
     like ["prediction", "explanation+prediction"]."""
-    template: str = "exposures/covert_favor"
+    template: str | None = None
+    """The exposure text's template; default: the protocol's own, else exposures/covert_favor."""
     position: Literal["system-append", "system-replace", "user-prefix", "user-suffix"] = \
         "system-append"
     include_clean: bool = True
@@ -224,9 +225,14 @@ def load_spec(path: str | Path, *, scale: str | None = None) -> ExperimentSpec:
                             "prompt_overrides to shadow the packaged prompts")
         if node.prompt and node.prompt.endswith(".toml"):
             node.prompt = resolve(node.prompt)
-    if isinstance(spec.options.get("data_dir"), str):
-        spec.options["data_dir"] = resolve(spec.options["data_dir"])
+    for key, value in spec.options.items():
+        if isinstance(value, str) and key.endswith(PATH_OPTION_SUFFIXES):
+            spec.options[key] = resolve(value)
     return spec
+
+
+PATH_OPTION_SUFFIXES = ("_dir", "_path", "_file", "_labels")
+"""Options whose names end so are paths, taken relative to the spec file like its other paths."""
 
 
 def read_spec_scales(path: str | Path) -> list[str]:

@@ -531,6 +531,7 @@ class Augmentation(Protocol):
     """DR%/AR% of targets on BBQ ambiguous contexts, rephrased questions and augmented scenarios."""
 
     name = "augmentation"
+    exposure_template = "augmentation/exposure"
     Options = AugmentationOptions
 
     @property

@@ -510,6 +510,7 @@ class Multiturn(Protocol):
     """Per-turn social bias in dialogues between a user simulator and a target model."""
 
     name = "multiturn"
+    exposure_template = "multiturn/exposure"
     Options = MultiturnOptions
     directions = {
         "stereotype": {"view": "largely accurate",

@@ -48,6 +48,8 @@ class Protocol:
     name: ClassVar[str]
     Options: ClassVar[type[BaseModel]] = NoOptions
     directions: ClassVar[Mapping[str, Mapping[str, str]]] = {}
+    exposure_template: ClassVar[str] = "exposures/covert_favor"
+    """The template whose slots `directions` fill; a spec's [conditions] template overrides it."""
 
     def variants(self, options: BaseModel) -> list[str]:
         """Graph variants in the grid (e.g. pipelines); one, ``default``, unless overridden."""

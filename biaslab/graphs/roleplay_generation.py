@@ -263,6 +263,7 @@ class RoleplayGenerate(Protocol):
     """Role generation → question generation → filtering, one cell per attribute."""
 
     name = "roleplay_generate"
+    exposure_template = "roleplay/exposure"
     Options = GenerateOptions
     directions = DIRECTIONS
 
