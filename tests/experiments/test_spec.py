@@ -61,3 +61,23 @@ def test_a_prompt_override_that_is_a_directory_is_named(tmp_path, capsys):
                     "--out", str(tmp_path / "o"))
     assert code == 2 and "prompt_overrides:" in err and "is a file" in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_protocol_default_exposure_template_and_spec_relative_option_paths(tmp_path):
+    """A roleplay spec that names no exposure template gets roleplay's own (its directions fill
+    a 'stance' slot that the generic template lacks); a labels path is relative to the spec."""
+    from biaslab.experiments.plan import make_plan
+    from biaslab.experiments.spec import load_spec
+
+    (tmp_path / "labels").mkdir()
+    (tmp_path / "labels" / "human.csv").write_text("qid,sample,label\n")
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text('name = "x"\nprotocol = "roleplay"\nmodels = ["scripted:roleplay-synthetic"]\n'
+                         '[options]\nattributes = ["age"]\nper_stratum = 1\n'
+                         'human_labels = "labels/human.csv"\n')
+    spec = load_spec(spec_path)
+    assert spec.options["human_labels"] == str(tmp_path / "labels" / "human.csv")
+    plan = make_plan(spec)
+    assert plan.exposure_template == "roleplay/exposure"
+    exposed = [c for conds in plan.conditions.values() for c in conds if c.exposures]
+    assert exposed and all(e.template == "roleplay/exposure" for c in exposed for e in c.exposures)
