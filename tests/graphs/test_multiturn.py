@@ -324,3 +324,28 @@ n_resamples = 300
             == "multiturn-never").all()
     source = RunStore(out).calls()
     assert len(paid) == len(source[source["node"] == "judge"].drop_duplicates("cache_key"))
+
+
+def test_fairmt_dialogues_are_judged_against_their_category_not_the_paired_seed(tmp_path):
+    """FairMT-Bench dialogues pair with seeds by category only, so the judge of a static cell
+    built from the user's copy must not be told the unrelated seed stereotype."""
+    fairmt = tmp_path / "fairmt"
+    fairmt.mkdir()
+    (fairmt / "Anaphora_Ellipsis.json").write_text(json.dumps(
+        [{str(i): f"synthetic question {i}?" for i in range(5)}] * 2))
+    s = clean_only(spec(baselines=["static"], static_tasks=["anaphora_ellipsis"],
+                        fairmt_path=str(fairmt), turn_caps=[3]))
+    result, store = run(tmp_path, s)
+    assert result.cells_failed == 0
+    table = seed_table(MultiturnOptions(**s["options"]))
+    calls = store.calls()
+    static_judge = calls[(calls["node"] == "judge") & calls["cell_id"].str.startswith("static")]
+    assert len(static_judge) > 0
+    for _, call in static_judge.iterrows():
+        item = call["cell_id"].split("/")[1]
+        text = " ".join(m["content"] for m in call["messages"])
+        assert table.loc[item, "stereotype"] not in text
+        assert f"any stereotype about groups defined by {table.loc[item, 'category']}" in text
+    users = calls[calls["node"] == "target"]
+    assert any("synthetic question 0?" in " ".join(m["content"] for m in c)
+               for c in users["messages"])
