@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -377,3 +378,20 @@ def fit_ml_predictor(split: StudentSplit) -> MLPredictor:
     pipe = Pipeline([("pre", pre), ("gbc", clf)])
     pipe.fit(split.train.loc[:, list(feats)], split.y_train)
     return MLPredictor(pipeline=pipe, feature_columns=tuple(feats), seed=ML_RANDOM_STATE)
+
+
+# -- shared views: every cell, report and test of a dataset × seed uses one split and one model --
+@lru_cache(maxsize=16)
+def cached_split(dataset: str, seed: int, max_test: int | None = None,
+                 data_dir: str | None = None) -> StudentSplit:
+    """The split of `dataset` for replicate `seed` (the shipped copy, or ``data_dir``'s)."""
+    path = Path(data_dir) / _FILES[dataset] if data_dir else None
+    return split_student(load_student(dataset, path), dataset=dataset, seed=seed,
+                         max_test=max_test)
+
+
+@lru_cache(maxsize=16)
+def cached_ml_predictor(dataset: str, seed: int, max_test: int | None = None,
+                        data_dir: str | None = None) -> MLPredictor:
+    """The ML predictor fitted on `cached_split`'s training rows."""
+    return fit_ml_predictor(cached_split(dataset, seed, max_test, data_dir))

@@ -74,37 +74,22 @@ class AmplificationState(TypedDict, total=False):
 
 
 # -- data (cached: every cell of a dataset × seed shares one split and one fitted model) ------
-@lru_cache(maxsize=16)
-def _split(dataset: str, seed: int, max_test: int | None, data_dir: str | None
-           ) -> student.StudentSplit:
-    path = None
-    if data_dir:
-        path = Path(data_dir) / student._FILES[dataset]
-    frame = student.load_student(dataset, path)
-    return student.split_student(frame, dataset=dataset, seed=seed, max_test=max_test)
-
-
 def split_for(ctx: CellContext) -> student.StudentSplit:
-    return _split(*_key(ctx))
-
-
-@lru_cache(maxsize=16)
-def _ml(dataset: str, seed: int, max_test: int | None, data_dir: str | None):
-    return student.fit_ml_predictor(_split(dataset, seed, max_test, data_dir))
+    return student.cached_split(*_key(ctx))
 
 
 @lru_cache(maxsize=16)
 def _record_lines(dataset: str, seed: int, max_test: int | None, data_dir: str | None
                   ) -> tuple[str, ...]:
-    split = _split(dataset, seed, max_test, data_dir)
+    split = student.cached_split(dataset, seed, max_test, data_dir)
     return tuple(student.record_text(row, split.feature_columns)
                  for _, row in split.test.iterrows())
 
 
 @lru_cache(maxsize=16)
 def _statistics(dataset: str, seed: int, max_test: int | None, data_dir: str | None) -> str:
-    return student.summary_text(student.training_summary(_split(dataset, seed, max_test,
-                                                                data_dir)))
+    split = student.cached_split(dataset, seed, max_test, data_dir)
+    return student.summary_text(student.training_summary(split))
 
 
 def _key(ctx: CellContext) -> tuple:
@@ -174,7 +159,8 @@ async def ml(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
     key = _key(ctx)
 
     def work():  # its accuracy and AUC are reported once per dataset and seed (ml_anchor.csv)
-        return [float(p) for p in _ml(*key).predict_proba(_split(*key).test)]
+        predictor = student.cached_ml_predictor(*key)
+        return [float(p) for p in predictor.predict_proba(student.cached_split(*key).test)]
 
     return {"p_ml": await asyncio.to_thread(work)}
 
@@ -298,14 +284,14 @@ class Amplification(Protocol):
 
     def initial_state(self, variant: str, item: str, seed: int,
                       options: AmplificationOptions) -> dict:
-        split = _split(item, seed, options.max_test, options.data_dir)
+        split = student.cached_split(item, seed, options.max_test, options.data_dir)
         return {"dataset": item, "record_ids": [int(i) for i in split.test.index]}
 
     def estimate(self, variant: str, item: str, options: AmplificationOptions
                  ) -> dict[str, float]:
         """Expected calls and tokens: one call per batch, one explanation, and judges on
         `EXPECTED_DISAGREEMENT` of the records in E2 (re-asks not counted)."""
-        split = _split(item, 42, options.max_test, options.data_dir)
+        split = student.cached_split(item, 42, options.max_test, options.data_dir)
         n = len(split.test)
         batches = math.ceil(n / options.batch_size)
         row_tokens, header_tokens, record_tokens = 65, 110, 130  # measured on SmolLM2's tokenizer
@@ -330,6 +316,41 @@ class Amplification(Protocol):
         from biaslab.experiments.reports.amplification import headline
 
         return headline(run_dir)
+
+    def report_sections(self):
+        """The report.html sections of the files `report` writes (see README, amplification)."""
+        from biaslab.graphs.report_sections import ReportSection as S
+
+        link = {"pipeline": "variant", "dataset": "item"}
+        return [
+            S("Table 1: Favor Bias Strength", ("tables/table1.csv",),
+              how_to_read="FBS of each pipeline x exposed agents x direction against the matched "
+              "clean run, mean ± bootstrap std over test records; > 0 means the exposure moved "
+              "predictions toward the favoured group.", link_columns=link),
+            S("Per condition and seed", ("tables/condition_metrics.csv",),
+              ("figures/fbs_scatter_*.png",),
+              how_to_read="One row per dataset x pipeline x target x direction x model x seed: "
+              "AUC, accuracy, fairlearn DP/EO differences, failure rate per group and FBS with "
+              "its paired-bootstrap 95% CI. In the figures, dashed = the model's clean run.",
+              link_columns=link),
+            S("Aggregated over seeds", ("tables/aggregated.csv",),
+              how_to_read="Means over seeds, their spread across seeds (_seed_std) and the pooled "
+              "FBS with a stratified paired-bootstrap 95% CI.", link_columns=link),
+            S("Superadditivity", ("tables/superadditivity.csv",
+                                  "tables/superadditivity_over_seeds.csv"),
+              how_to_read="Multi-agent FBS minus the sum of the single-agent FBS: the paper's "
+              "point reading and index_estimate on common records with a 95% CI; a verdict is "
+              "given only where the CI excludes 0.", link_columns=link),
+            S("E2 routing and direction asymmetry", ("tables/routing.csv",
+                                                     "tables/direction_asymmetry.csv"),
+              how_to_read="Routing: how often the LLM and the ML model disagree and the judge "
+              "decides, per group. Asymmetry: FBS toward each group next to its base pass rate.",
+              link_columns=link),
+            S("ML anchor and predictions", ("tables/ml_anchor.csv", "tables/predictions.csv"),
+              how_to_read="The gradient-boosting anchor's accuracy/AUC per split (about 0.9 on "
+              "Math), then every record's probabilities and who decided it.",
+              link_columns=link, max_rows=50),
+        ]
 
     def compare(self, source, counterfactual, out_dir: Path, options: AmplificationOptions
                 ) -> list[Path]:

@@ -9,7 +9,8 @@ from biaslab.agents.parsers import ParseError, probability_list
 from biaslab.agents.providers.scripted import Rule, ScriptedChatModel, register_scripted
 from biaslab.evaluators.amplification import condition_metrics
 from biaslab.experiments.reports.amplification import predictions_frame
-from biaslab.graphs.amplification import AmplificationOptions, _split, parse_final
+from biaslab.datasets.student import cached_split
+from biaslab.graphs.amplification import AmplificationOptions, parse_final
 from biaslab.graphs.amplification_synthetic import failure_probability
 from biaslab.traces.store import RunStore
 from conftest import amplification_spec, run_spec
@@ -54,7 +55,7 @@ def test_fbs_recovers_the_injected_effect_with_positive_sign(tmp_path):
     the exposure text is in its prompt; E0 isolates the prediction agent."""
     _, store, frame, options = _run(tmp_path, options={"pipelines": ["E0"], "max_test": None,
                                                        "n_resamples": 2000})
-    split = _split("math", 42, None, None)
+    split = cached_split("math", 42, None, None)
     lines = {rid: row.to_dict() for rid, row in split.test.astype(str).iterrows()}
     metrics = condition_metrics(frame, n_resamples=2000, random_state=0).set_index("direction")
     for direction, favored, sex_code in (("pro_female", "F", 0), ("pro_male", "M", 1)):
@@ -78,7 +79,7 @@ def test_fbs_recovers_the_injected_effect_with_positive_sign(tmp_path):
 
 def test_leakage_no_agent_sees_g3_or_training_rows(tmp_path):
     _, store, _, _ = _run(tmp_path, options={"max_test": None})
-    split = _split("math", 42, None, None)
+    split = cached_split("math", 42, None, None)
     columns = [c for c in split.feature_columns if c != "G3"]
 
     def records(frame):  # both renderings: value rows (prediction) and key=value (judge)

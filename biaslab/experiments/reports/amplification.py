@@ -26,6 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from biaslab.datasets.student import cached_ml_predictor, cached_split
 from biaslab.evaluators.amplification import CLEAN, aggregate_over_seeds
 
 __all__ = [
@@ -312,7 +313,7 @@ def plot_fbs_scatter(metrics: pd.DataFrame, out_dir: str | Path) -> list[Path]:
         stem = re.sub(r"[^A-Za-z0-9_.-]", "_", f"fbs_scatter_{dataset}_{pipeline}")
         for ext in ("png", "svg"):
             path = figures / f"{stem}.{ext}"
-            fig.savefig(path, dpi=200 if ext == "png" else "figure")
+            fig.savefig(path, dpi=200 if ext == "png" else "figure", bbox_inches="tight")
             written.append(path)
     return written
 
@@ -321,11 +322,9 @@ def plot_fbs_scatter(metrics: pd.DataFrame, out_dir: str | Path) -> list[Path]:
 def predictions_frame(store, options) -> pd.DataFrame:
     """One row per (finished cell, test record), joined with the cell's grid coordinates and
     the record's true label and sex from the dataset (labels never enter the graph)."""
-    from biaslab.graphs.amplification import _split
-
     rows = []
     for c, value in store.finished_outputs("finalize"):
-        split = _split(c["item"], int(c["seed"]), options.max_test, options.data_dir)
+        split = cached_split(c["item"], int(c["seed"]), options.max_test, options.data_dir)
         for p in value["predictions"]:
             rid = p["record_id"]
             rows.append({"dataset": c["item"], "pipeline": c["variant"], "target": c["target"],
@@ -345,13 +344,12 @@ def predictions_frame(store, options) -> pd.DataFrame:
 def ml_anchor(store, options) -> pd.DataFrame:
     """The ML predictor's test accuracy and AUC per dataset and seed of the run (the sanity
     anchor), whichever pipelines ran: it is fit on the training split only."""
-    from biaslab.graphs.amplification import _ml, _split
-
     cells = store.cells()
     rows = []
     for dataset, seed in sorted({(c["item"], int(c["seed"])) for _, c in cells.iterrows()}):
         key = (dataset, seed, options.max_test, options.data_dir)
-        rows.append({"dataset": dataset, "seed": seed, **_ml(*key).evaluate(_split(*key))})
+        anchor = cached_ml_predictor(*key).evaluate(cached_split(*key))
+        rows.append({"dataset": dataset, "seed": seed, **anchor})
     return pd.DataFrame(rows, columns=["dataset", "seed", "accuracy", "auc"])
 
 
