@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from biaslab.agents.context import CellContext
 from biaslab.agents.providers.scripted import ScriptedChatModel, register_scripted
 from biaslab.graphs.compose import llm_node, text_answer
-from biaslab.graphs.registry import LLMNode, Protocol, protocol
+from biaslab.graphs.registry import Protocol, protocol
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 PROMPT = "bench/echo"
@@ -44,13 +44,10 @@ class Flat(Protocol):
     def variants(self, options):
         return ["answer"]
 
-    def llm_nodes(self, variant):
-        return [LLMNode("answer", PROMPT, ("item",))]
-
-    def build(self, variant):
+    def build(self, variant, options=None):
         builder = StateGraph(FlatState, context_schema=CellContext)
         builder.add_node("answer", llm_node("answer", prompt=PROMPT,
-                                            slots=lambda s: {"item": s["item"]},
+                                            slots=("item",),
                                             parser=text_answer, writes="answer", max_tokens=4))
         builder.add_edge(START, "answer")
         builder.add_edge("answer", END)

@@ -476,7 +476,14 @@ def main(argv=None) -> int:
         "```",
         "",
     ])
-    (BENCH_DIR / "results.md").write_text(text, encoding="utf-8")
+    path = BENCH_DIR / "results.md"
+    # Sections other scripts append (bench/local_determinism.py, bench/scale.py) are kept.
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    kept = [part for part in old.split("\n## ")[1:]
+            if not part.startswith(("Summary", "Details (as printed)"))]
+    if kept:
+        text = text.rstrip("\n") + "\n\n" + "\n".join("## " + part for part in kept)
+    path.write_text(text, encoding="utf-8")
     print(f"wrote {BENCH_DIR / 'results.md'}")
     return 0
 

@@ -29,7 +29,6 @@ def _default_out(spec_name: str, scale: str) -> Path:
 def cmd_run(args) -> int:
     from biaslab.experiments.plan import make_plan
     from biaslab.experiments.reports import write_reports
-    from biaslab.experiments.runner import run_plan
     from biaslab.experiments.spec import load_spec
     from biaslab.traces.store import RunStore
 
@@ -42,9 +41,7 @@ def cmd_run(args) -> int:
     resume_hint = f"biaslab run --resume {out}"
     print(f"biaslab: {plan.n_cells()} cells → {out}", file=sys.stderr)
     try:
-        result = asyncio.run(run_plan(plan, out, resume=args.resume, concurrency=args.concurrency,
-                                      use_shared_cache=not args.no_cache,
-                                      progress=not args.quiet))
+        result = _dispatch_run(args, plan, out)
     except KeyboardInterrupt:
         print(f"interrupted; finished cells are kept. Continue with: {resume_hint}",
               file=sys.stderr)
@@ -60,7 +57,10 @@ def cmd_run(args) -> int:
     if result.interrupted:
         print(f"continue with: {resume_hint}", file=sys.stderr)
         return 130
-    if not args.no_report:
+    if args.shard:
+        print(f"  shard {args.shard} done; combine the shards with: biaslab merge "
+              "RUN_DIR... --out DIR", file=sys.stderr)
+    if not args.no_report and not args.shard:
         store = RunStore(out, readonly=True)
         try:
             written = write_reports(plan, store, out)
@@ -72,9 +72,58 @@ def cmd_run(args) -> int:
     return 1 if result.cells_failed else 0
 
 
+def _dispatch_run(args, plan, out):
+    """One process, one shard (``--shard``), or shards in workers (``--workers``, Ray)."""
+    from biaslab.experiments import shards
+    from biaslab.experiments.runner import run_plan
+
+    workers = args.workers or 1
+    if args.shard:
+        if args.workers or args.executor != "local":
+            raise UserError("--shard runs one shard in this process; it does not combine with "
+                            "--workers or --executor")
+        i, n = shards.parse_shard(args.shard)
+        result = asyncio.run(run_plan(plan, out, resume=args.resume,
+                                      concurrency=args.concurrency,
+                                      use_shared_cache=not args.no_cache,
+                                      progress=not args.quiet, only=shards.in_shard(i, n)))
+        shards.mark_shard(out, i, n)
+        return result
+    if workers > 1 or args.executor == "ray":
+        return shards.run_sharded(plan, out, workers=workers, executor=args.executor,
+                                  resume=args.resume, concurrency=args.concurrency,
+                                  use_shared_cache=not args.no_cache,
+                                  ray_address=args.ray_address)
+    return asyncio.run(run_plan(plan, out, resume=args.resume, concurrency=args.concurrency,
+                                use_shared_cache=not args.no_cache, progress=not args.quiet))
+
+
+def cmd_merge(args) -> int:
+    from biaslab.experiments.replay import load_run_plan
+    from biaslab.experiments.reports import write_reports
+    from biaslab.experiments.shards import merge_runs
+    from biaslab.traces.store import RunStore
+
+    merged = merge_runs(args.run_dirs, args.out)
+    print(f"merged {merged.sources} runs into {merged.out}: {merged.cells_done} cells done, "
+          f"{merged.cells_error} failed", file=sys.stderr)
+    if not args.no_report:
+        plan = load_run_plan(args.out, check_keys=False)
+        store = RunStore(args.out, readonly=True)
+        try:
+            written = write_reports(plan, store, Path(args.out))
+        finally:
+            store.close()
+        for path in written:
+            print(f"  wrote {path}")
+    return 0
+
+
 def _print_headline(proto, run_dir) -> None:
     """The protocol's headline table (e.g. amplification's Table 1) as a rich table."""
-    frame = proto.headline(Path(run_dir))
+    from biaslab.experiments.reports import protocol_headline
+
+    frame = protocol_headline(proto, Path(run_dir))
     if frame is None or frame.empty:
         return
     from rich.console import Console
@@ -308,6 +357,17 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_view(args) -> int:
+    from biaslab.experiments.replay import open_run
+    from biaslab.viewer import serve
+
+    open_run(args.run_dir).close()  # one line if it is not a readable run
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port must be between 0 and 65535, got {args.port}")
+    serve(args.run_dir, args.port)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="biaslab", description="Simulate LLM fairness protocols on LangGraph.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -322,7 +382,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-cache", action="store_true", help="do not use the cross-run cache")
     r.add_argument("--no-report", action="store_true", help="skip tables and figures")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--workers", type=int, nargs="?", const=os.cpu_count() or 1,
+                   help="run cells in N processes (alone: one per core), merged into one store")
+    r.add_argument("--shard", metavar="I/N", help="run only shard I of N of the grid into "
+                                                   "--out (combine with biaslab merge)")
+    r.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="where --workers shards run: local processes, or Ray tasks")
+    r.add_argument("--ray-address", help="Ray cluster address (default $RAY_ADDRESS, else a "
+                                         "local Ray instance)")
     r.set_defaults(func=cmd_run)
+
+    mg = sub.add_parser("merge", help="combine shard runs of one experiment into one run")
+    mg.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    mg.add_argument("--out", required=True, help="the combined run directory")
+    mg.add_argument("--no-report", action="store_true", help="skip tables and figures")
+    mg.set_defaults(func=cmd_merge)
 
     rep = sub.add_parser("report", help="write tables and figures of a run")
     rep.add_argument("run_dir")
@@ -390,6 +464,11 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("run_dir")
     x.add_argument("--format", choices=["parquet", "jsonl"], default="parquet")
     x.set_defaults(func=cmd_export)
+
+    v = sub.add_parser("view", help="browse a run's cells, calls and dialogues in a local web UI")
+    v.add_argument("run_dir")
+    v.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (default 8765)")
+    v.set_defaults(func=cmd_view)
     return p
 
 
@@ -398,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if getattr(args, "concurrency", None) is not None and args.concurrency < 1:
             raise UserError(f"--concurrency must be at least 1, got {args.concurrency}")
+        if getattr(args, "workers", None) is not None and args.workers < 1:
+            raise UserError(f"--workers must be at least 1, got {args.workers}")
         code = args.func(args)
         sys.stdout.flush()  # a reader that went away shows here, not at interpreter exit
         return code

@@ -190,6 +190,71 @@ def _describe_error(exc: BaseException, spec: ModelSpec) -> str:
     return f"{f'HTTP {status} ' if status else ''}{type(exc).__name__}: {text}{where}"
 
 
+# -- the call itself ------------------------------------------------------------------------------
+# Each model is called below LangChain's Runnable layer: `ainvoke` would build a callback
+# manager, a run tree and (for ChatOpenAI) hop to a thread to parse the response, on every call,
+# for listeners a run never has. The chat model object stays the configuration.
+
+
+async def _send_scripted(model, messages, kwargs) -> tuple[str, dict[str, int]]:
+    return await model.acomplete(messages, kwargs)
+
+
+async def _send_lc(model, messages, kwargs) -> tuple[str, dict[str, int]]:
+    """Any other LangChain chat model (the embedded one): its `_agenerate`, no callbacks."""
+    result = await model._agenerate([_LC[m["role"]](content=m["content"]) for m in messages],
+                                    **kwargs)
+    message = result.generations[0].message
+    raw = message.content if isinstance(message.content, str) else str(message.content)
+    return raw, dict(getattr(message, "usage_metadata", None) or {})
+
+
+async def _send_openai(model, messages, kwargs) -> tuple[str, dict[str, int]]:
+    """A ChatOpenAI's own AsyncOpenAI client, with the request ChatOpenAI would build.
+
+    The payload is the model's default parameters (model name, temperature, max tokens,
+    ``model_kwargs``, ``extra_body``...) updated with the call's, ``max_tokens`` sent as
+    ``max_completion_tokens`` and system turns as ``developer`` for o-series models, exactly as
+    `ChatOpenAI._get_request_payload` does for plain text messages.
+    """
+    payload = {**model._default_params, **kwargs}
+    payload.pop("stream", None)
+    if "max_tokens" in payload:
+        payload["max_completion_tokens"] = payload.pop("max_tokens")
+    if model.model_name and re.match(r"^o\d", model.model_name):
+        messages = [{**m, "role": "developer"} if m["role"] == "system" else m for m in messages]
+    response = await model.async_client.create(messages=messages, **payload)
+    error = getattr(response, "error", None)
+    if error:  # some gateways answer 200 with an error object and no choices
+        raise ValueError(f"the endpoint answered with an error: {error}")
+    choices = getattr(response, "choices", None)
+    if choices is None:
+        raise ValueError("the endpoint's answer has no 'choices'")
+    raw = (choices[0].message.content or "") if choices else ""
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return raw, {}
+    tin, tout = int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
+    return raw, {"input_tokens": tin, "output_tokens": tout,
+                 "total_tokens": int(usage.total_tokens or tin + tout)}
+
+
+def _sender(model):
+    """The fastest faithful way to call `model`: a subclass that overrides `_agenerate`, a
+    streaming or Responses-API ChatOpenAI, or any other chat model goes through `_agenerate`."""
+    from biaslab.agents.providers.scripted import ScriptedChatModel
+
+    kind = type(model)
+    if isinstance(model, ScriptedChatModel) and kind._agenerate is ScriptedChatModel._agenerate:
+        return _send_scripted
+    with contextlib.suppress(ImportError):
+        from langchain_openai import ChatOpenAI
+        if isinstance(model, ChatOpenAI) and kind._agenerate is ChatOpenAI._agenerate \
+                and not model.streaming and not model._use_responses_api({}):
+            return _send_openai
+    return _send_lc
+
+
 class CallScope:
     """The model calls one cell has started, including those still in flight after it failed.
 
@@ -287,6 +352,7 @@ class Gateway:
 
     def __post_init__(self):
         self._models: dict[ModelSpec, Any] = {}
+        self._senders: dict[ModelSpec, Any] = {}
         self._limiters: dict[str, _RateLimiter] = {}
         self._inflight: dict[str, asyncio.Future] = {}
         self._semaphore: asyncio.Semaphore | None = None
@@ -385,7 +451,9 @@ class Gateway:
         if self._semaphore is None:
             self._semaphore = asyncio.Semaphore(self.concurrency)
         model = self.model(spec)
-        lc_messages = [_LC[m["role"]](content=m["content"]) for m in messages]
+        send = self._senders.get(spec)
+        if send is None:
+            send = self._senders[spec] = _sender(model)
         kwargs = {k: v for k, v in params.items() if v is not None}
         if spec.provider not in _OWN_PROVIDERS:
             kwargs.pop("grammar", None)
@@ -402,13 +470,10 @@ class Gateway:
                     if limiter:
                         await limiter.wait()
                     started = time.monotonic()
-                    message = await asyncio.wait_for(model.ainvoke(lc_messages, **kwargs),
-                                                     timeout=spec.timeout_s)
+                    async with asyncio.timeout(spec.timeout_s):  # no extra task, unlike wait_for
+                        raw, usage = await send(model, messages, kwargs)
                     latency = time.monotonic() - started
-                raw = message.content if isinstance(message.content, str) \
-                    else str(message.content)
                 if not raw.strip() and attempt < self.retry.max_attempts:
-                    usage = getattr(message, "usage_metadata", None) or {}
                     self.counters.tokens += int(usage.get("total_tokens", 0))  # paid all the same
                     raise EmptyAnswer("the endpoint answered with no text")
                 break
@@ -432,7 +497,6 @@ class Gateway:
                         attempt_errors=errors, cache_key=key) from exc
                 self.counters.retries += 1
                 await asyncio.sleep(self.retry.delay(attempt - 1, retry_after, self._rng))
-        usage = getattr(message, "usage_metadata", None) or {}
         completion = Completion(raw, int(usage.get("input_tokens", 0)),
                                 int(usage.get("output_tokens", 0)), key, False, attempt, latency,
                                 tuple(errors))

@@ -8,6 +8,7 @@ store; Ctrl-C stops cleanly, keeping every finished cell and every paid-for resp
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sqlite3
 import sys
@@ -29,6 +30,10 @@ from biaslab.traces.store import STORE_FILE, RunStore
 
 __all__ = ["run_plan", "RunResult", "shared_cache_path", "write_resolved_spec", "open_store",
            "run_in_progress"]
+
+
+_COMMIT_EVERY_S = 0.2
+"""Finished cells share one store transaction for up to this long (whole cells only)."""
 
 
 def shared_cache_path() -> Path | None:
@@ -348,6 +353,7 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
                                         base_s=plan.spec.run.retry_base_s),
                       on_store=store.put_cache)
     graphs = {v: plan.compile(v) for v in plan.protocol.variants(plan.options)}
+    store.batch_s = _COMMIT_EVERY_S
     result = RunResult(run_dir, plan.n_cells(), counters=gateway.counters)
     bar = _Progress(result.cells_total, gateway.counters, progress)
     workers_n = gateway.concurrency
@@ -375,6 +381,15 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
             result.cells_failed += not ok
             bar.advance()
 
+    async def flush():  # finished cells wait at most _COMMIT_EVERY_S for their commit
+        while True:
+            await asyncio.sleep(_COMMIT_EVERY_S)
+            store.maybe_commit(_COMMIT_EVERY_S)
+
+    # Everything built so far (plan, graphs, modules) lives as long as the run: keep it out of
+    # the cyclic collector's scans, which otherwise cost ~15 % of the CPU per call.
+    gc.freeze()
+    flusher = asyncio.create_task(flush())
     tasks = [asyncio.create_task(produce()), *(asyncio.create_task(work())
                                                for _ in range(workers_n))]
     try:
@@ -382,9 +397,10 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
     except (asyncio.CancelledError, KeyboardInterrupt):
         result.interrupted = True
     finally:
-        for task in tasks:
+        for task in (*tasks, flusher):
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, flusher, return_exceptions=True)
+        gc.unfreeze()
         bar.stop()
         store.close()
         lock.close()

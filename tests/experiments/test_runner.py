@@ -277,3 +277,39 @@ def test_one_writer_per_run_directory(tmp_path):
         held.close()
     assert run_spec(amplification_spec(options={"pipelines": ["E0"]}),
                     tmp_path / "run").cells_failed == 0
+
+
+def _record(cell_id: str, i: int):
+    from biaslab.traces.records import CallRecord
+    return CallRecord(cell_id=cell_id, node="n", item=str(i), seed=1, exposure_id="none",
+                      prompt_id="p", prompt_hash="h", cache_key=f"k{cell_id}{i}",
+                      messages=[{"role": "user", "content": "q"}], model={}, params={},
+                      raw=f"answer {i}", input_tokens=3, output_tokens=2)
+
+
+def test_batched_commits_keep_only_whole_cells(tmp_path):
+    """Cells finished within `batch_s` share one transaction: a reader (or a crash) sees all
+    of a cell's records with its status, or none of them."""
+    store = RunStore(tmp_path)
+    store.batch_s = 3600.0
+    store.maybe_commit(0)  # the batch window starts now
+    for c in range(3):
+        store.start_cell(f"c{c}", c, {"seed": c})
+        store.finish_cell(f"c{c}", [_record(f"c{c}", i) for i in range(4)], [("n", c)])
+    reader = sqlite3.connect(f"file:{tmp_path / 'run.sqlite'}?mode=ro", uri=True)
+    assert reader.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 0  # not yet committed
+    store.conn.close()  # killed before the batch commit: rolled back whole
+    assert reader.execute("SELECT COUNT(*) FROM cells").fetchone()[0] == 0
+    store = RunStore(tmp_path)
+    store.batch_s = 3600.0
+    store.start_cell("c0", 0, {"seed": 0})
+    store.finish_cell("c0", [_record("c0", i) for i in range(4)], [("n", 0)])
+    store.maybe_commit(0)
+    done = reader.execute("SELECT status FROM cells").fetchall()
+    calls = reader.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+    assert done == [("done",)] and calls == 4
+    frame = store.calls_frame()
+    assert list(frame["raw"]) == [f"answer {i}" for i in range(4)]
+    assert list(frame["item"]) == ["0", "1", "2", "3"] and frame["input_tokens"].sum() == 12
+    store.close()
+    reader.close()

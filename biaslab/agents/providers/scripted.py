@@ -99,8 +99,10 @@ class ScriptedChatModel(BaseChatModel):
         """How many calls reached this model (faults included)."""
         return self._count
 
-    def _answer(self, messages: Sequence[BaseMessage], kwargs: dict[str, Any]) -> ChatResult:
-        request = ScriptedRequest(tuple(_as_dict(m) for m in messages), dict(kwargs), self._count)
+    def _text(self, messages: Sequence[dict[str, str]], kwargs: dict[str, Any]
+              ) -> tuple[str, dict[str, int]]:
+        """The answer's text and token usage for role/content messages (faults applied)."""
+        request = ScriptedRequest(tuple(messages), dict(kwargs), self._count)
         self._count += 1
         text = None
         for fault in self.faults:
@@ -122,6 +124,18 @@ class ScriptedChatModel(BaseChatModel):
         usage = {"input_tokens": max(1, len(request.text) // 4),
                  "output_tokens": max(1, len(text) // 4)}
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
+        return text, usage
+
+    async def acomplete(self, messages: Sequence[dict[str, str]], kwargs: dict[str, Any]
+                        ) -> tuple[str, dict[str, int]]:
+        """What the gateway calls: `_agenerate` without LangChain messages and results, so a
+        benchmark on this model measures biaslab, not message-object construction."""
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        return self._text(messages, kwargs)
+
+    def _answer(self, messages: Sequence[BaseMessage], kwargs: dict[str, Any]) -> ChatResult:
+        text, usage = self._text([_as_dict(m) for m in messages], kwargs)
         message = AIMessage(content=text, usage_metadata=usage,
                             response_metadata={"model_name": self.name_, "finish_reason": "stop"})
         return ChatResult(generations=[ChatGeneration(message=message)])

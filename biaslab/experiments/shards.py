@@ -1,0 +1,340 @@
+"""Runs split into shards: several processes on one machine, or Ray tasks on a cluster.
+
+A shard is a deterministic slice of the grid (``cell.ord % n == i``) run into a store of its
+own; `merge_runs` copies finished cells, their calls and outputs, and the response cache of
+any number of shard stores into one run store. Cells are independent and their answers come
+from content-addressed calls, so the merged store equals a single-process run cell for cell
+(only which call was a cache hit, and timings, differ).
+
+`run_sharded` is what ``biaslab run --workers N`` and ``--executor ray`` use: shard stores live
+under ``RUN_DIR/shards/``, each worker also reads the run's own store (cells done there are
+skipped, its cache answers first), and the shards are merged into the run's store at the end.
+A resumed run resumes each shard and merges again, so nothing is paid for twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from biaslab.errors import UserError
+from biaslab.experiments.plan import Cell, Plan
+from biaslab.experiments.runner import (RunResult, _lock_run_dir, open_store, run_plan,
+                                        write_resolved_spec)
+from biaslab.graphs.registry import protocol_origin
+from biaslab.traces.records import SCHEMA_VERSION
+from biaslab.traces.store import STORE_FILE, RunStore
+
+__all__ = ["parse_shard", "in_shard", "merge_runs", "run_sharded", "run_shard", "mark_shard",
+           "MergeResult", "SHARDS_DIR"]
+
+SHARDS_DIR = "shards"
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` → (i, n) with 0 <= i < n; a one-line error otherwise."""
+    head, sep, tail = str(text).partition("/")
+    try:
+        i, n = int(head), int(tail)
+    except ValueError:
+        i = n = -1
+    if not sep or n < 1 or not 0 <= i < n:
+        raise UserError(f"--shard must be I/N with 0 <= I < N (e.g. 0/4), got '{text}'")
+    return i, n
+
+
+def in_shard(i: int, n: int) -> Callable[[Cell], bool]:
+    """The cells of shard i of n: every n-th cell of the grid order, so each shard gets a
+    similar mix of variants, items and conditions."""
+    return lambda cell: cell.ord % n == i
+
+
+def _meta(plan: Plan) -> dict:
+    return dict(spec_name=plan.spec.name, protocol=plan.protocol.name,
+                protocol_origin=protocol_origin(plan.protocol), scale=plan.spec.scale_applied,
+                created=time.time(), fingerprint=plan.fingerprint(),
+                schema_version=SCHEMA_VERSION)
+
+
+# -- merging ----------------------------------------------------------------------------------
+@dataclass
+class MergeResult:
+    out: Path
+    sources: int
+    cells_copied: int
+    cells_done: int
+    cells_error: int
+
+
+def _fingerprint_of(run_dir: Path) -> str | None:
+    if not (run_dir / STORE_FILE).is_file():
+        raise UserError(f"{run_dir} is not a run directory (no {STORE_FILE})")
+    store = open_store(run_dir, readonly=True)
+    try:
+        return store.meta().get("fingerprint")
+    finally:
+        store.close()
+
+
+def merge_runs(sources: Sequence[str | Path], out: str | Path, *, _locked: bool = False
+               ) -> MergeResult:
+    """Combine the stores of `sources` (shards of one experiment) into the run at `out`.
+
+    Every source must hold the same experiment (same fingerprint), and so must `out` if it
+    already holds a run; ``spec.toml`` is copied from the first source when `out` has none.
+
+    Raises:
+        UserError: a source is not a run, or the runs are of different experiments.
+    """
+    out = Path(out)
+    sources = [Path(s) for s in sources]
+    if not sources:
+        raise UserError("merge needs at least one run directory")
+    prints = {s: _fingerprint_of(s) for s in sources}
+    first = prints[sources[0]]
+    for src, fp in prints.items():
+        if fp != first or fp is None:
+            raise UserError(f"cannot merge {src} with {sources[0]}: they are runs of different "
+                            f"experiments (fingerprint {fp} vs {first})")
+        if src.resolve() == out.resolve():
+            raise UserError(f"cannot merge {src} into itself; choose another --out")
+    lock = None if _locked else _lock_run_dir(out)
+    try:
+        store = open_store(out)
+        try:
+            meta = store.meta()
+            if meta.get("fingerprint") not in (None, first):
+                raise UserError(f"{out} holds a run of another experiment (fingerprint "
+                                f"{meta['fingerprint']} vs {first}); choose another --out")
+            if not meta.get("fingerprint"):
+                src_store = open_store(sources[0], readonly=True)
+                try:
+                    src_meta = src_store.meta()
+                finally:
+                    src_store.close()
+                src_meta.pop("shard", None)
+                store.set_meta(**src_meta)
+            if not (out / "spec.toml").exists() and (sources[0] / "spec.toml").exists():
+                shutil.copyfile(sources[0] / "spec.toml", out / "spec.toml")
+            copied = sum(store.merge_from(src) for src in sources)
+            counts = store.counts()
+        finally:
+            store.close()
+    finally:
+        if lock is not None:
+            lock.close()
+    return MergeResult(out, len(sources), copied, counts["cells_done"], counts["cells_error"])
+
+
+# -- one shard ----------------------------------------------------------------------------------
+def run_shard(shard_dir: str | Path, shard: str, *, main_dir: str | Path | None = None,
+              concurrency: int | None = None, use_shared_cache: bool = True,
+              progress: bool = False) -> RunResult:
+    """Run shard ``i/n`` of the experiment whose resolved spec is ``shard_dir/spec.toml``.
+
+    With `main_dir`, cells already done in that run are skipped and its cache answers first.
+    This is what a worker process or a Ray task executes.
+    """
+    from biaslab.experiments.plan import make_plan
+    from biaslab.experiments.replay import load_run_spec
+
+    i, n = parse_shard(shard)
+    shard_dir = Path(shard_dir)
+    plan = make_plan(load_run_spec(shard_dir))
+    wanted = in_shard(i, n)
+    sources: list[RunStore] = []
+    done_before: set[str] = set()
+    if main_dir is not None and (Path(main_dir) / STORE_FILE).is_file():
+        main = open_store(main_dir, readonly=True)
+        if main.meta().get("fingerprint") not in (None, plan.fingerprint()):
+            main.close()
+            raise UserError(f"{main_dir} holds another experiment than shard {shard}")
+        done_before = {cid for (cid,) in main.conn.execute(
+            "SELECT cell_id FROM cells WHERE status='done'")}
+        sources.append(main)
+    only = (lambda c: wanted(c) and c.id not in done_before) if done_before else wanted
+    try:
+        result = asyncio.run(run_plan(plan, shard_dir, resume=True, concurrency=concurrency,
+                                      replay_from=sources, use_shared_cache=use_shared_cache,
+                                      progress=progress, only=only))
+    finally:
+        for s in sources:
+            s.close()
+    mark_shard(shard_dir, i, n)
+    return result
+
+
+def mark_shard(run_dir: str | Path, i: int, n: int) -> None:
+    """Record in a store that it holds shard i of n (merge drops the mark)."""
+    store = RunStore(run_dir)
+    try:
+        store.set_meta(shard=f"{i}/{n}")
+    finally:
+        store.close()
+
+
+def _worker_command(shard_dir: Path, shard: str, main_dir: Path, concurrency: int | None,
+                    use_shared_cache: bool) -> list[str]:
+    cmd = [sys.executable, "-m", "biaslab.experiments.shards", str(shard_dir), shard,
+           "--main", str(main_dir)]
+    if concurrency:
+        cmd += ["--concurrency", str(concurrency)]
+    if not use_shared_cache:
+        cmd.append("--no-cache")
+    return cmd
+
+
+def _ray_shard(shard_dir: str, shard: str, main_dir: str, concurrency: int | None,
+               use_shared_cache: bool) -> tuple[int, int, bool]:
+    result = run_shard(shard_dir, shard, main_dir=main_dir, concurrency=concurrency,
+                       use_shared_cache=use_shared_cache)
+    return result.cells_run, result.cells_failed, result.interrupted
+
+
+def _run_with_ray(jobs, main_dir: Path, concurrency, use_shared_cache, address) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--executor ray needs Ray: pip install 'biaslab[ray]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        address = address or os.environ.get("RAY_ADDRESS") or None
+        # Workers import biaslab from this checkout when it is not installed on the cluster.
+        root = str(Path(__file__).resolve().parents[2])
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(
+                     p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
+                     **{k: v for k, v in os.environ.items() if k.startswith("BIASLAB_")}}},
+                 **({} if address else {"num_cpus": len(jobs) or 1}))
+    try:
+        task = ray.remote(num_cpus=1, max_retries=2)(_ray_shard)
+        refs = [task.remote(str(d), s, str(main_dir), concurrency, use_shared_cache)
+                for d, s in jobs]
+        ray.get(refs)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def run_sharded(plan: Plan, run_dir: str | Path, *, workers: int, executor: str = "local",
+                resume: bool = False, concurrency: int | None = None,
+                use_shared_cache: bool = True, ray_address: str | None = None,
+                keep_shards: bool = False) -> RunResult:
+    """Run `plan` in `workers` shards (processes here, or Ray tasks) into one run store.
+
+    The shard stores (``RUN_DIR/shards/I-of-N``) are merged into ``RUN_DIR``'s store at the
+    end, also after an interruption, and removed once every cell is done. `concurrency` is per
+    worker.
+    """
+    run_dir = Path(run_dir)
+    if workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    fingerprint = plan.fingerprint()
+    lock = _lock_run_dir(run_dir)
+    started = time.monotonic()
+    try:
+        store = open_store(run_dir)
+        try:
+            counts = store.counts()
+            recorded = store.meta().get("fingerprint")
+            if counts["cells_done"] + counts["cells_error"] and not resume:
+                raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, "
+                                "or choose another --out")
+            if recorded and recorded != fingerprint:
+                raise UserError(f"{run_dir} was made with a different spec; resume it with the "
+                                "same spec, or choose another --out")
+            if not recorded:
+                store.set_meta(**_meta(plan))
+            store.reset_unfinished()
+        finally:
+            store.close()
+        write_resolved_spec(plan, run_dir)
+        shards_root = run_dir / SHARDS_DIR
+        existing = sorted(p for p in shards_root.glob("*-of-*") if p.is_dir()) \
+            if shards_root.is_dir() else []
+        if existing and any(not p.name.endswith(f"-of-{workers}") for p in existing):
+            # Shards of another split: fold what they finished into the run first.
+            merge_runs([p for p in existing if (p / STORE_FILE).is_file()], run_dir, _locked=True)
+            for p in existing:
+                shutil.rmtree(p, ignore_errors=True)
+        jobs = []
+        for i in range(workers):
+            shard_dir = shards_root / f"{i}-of-{workers}"
+            shard_dir.mkdir(parents=True, exist_ok=True)
+            write_resolved_spec(plan, shard_dir)
+            jobs.append((shard_dir, f"{i}/{workers}"))
+        interrupted = False
+        try:
+            if executor == "ray":
+                _run_with_ray(jobs, run_dir, concurrency, use_shared_cache, ray_address)
+            elif executor == "local":
+                procs = [subprocess.Popen(_worker_command(d, s, run_dir, concurrency,
+                                                          use_shared_cache))
+                         for d, s in jobs]
+                codes = [p.wait() for p in procs]
+                if 2 in codes:  # the worker printed its one-line reason
+                    shard = jobs[codes.index(2)][1]
+                    raise UserError(f"the worker for shard {shard} stopped on an error "
+                                    "(above); fix it, then resume the run")
+                interrupted = any(c not in (0, 1) for c in codes)
+            else:
+                raise UserError(f"unknown executor '{executor}' (local or ray)")
+        except KeyboardInterrupt:
+            interrupted = True
+        merged = merge_runs([d for d, _ in jobs if (d / STORE_FILE).is_file()], run_dir,
+                            _locked=True)
+    finally:
+        lock.close()
+    result = RunResult(run_dir, plan.n_cells())
+    result.cells_run = merged.cells_copied
+    result.cells_failed = merged.cells_error
+    result.interrupted = interrupted or merged.cells_done + merged.cells_error < plan.n_cells()
+    result.elapsed_s = time.monotonic() - started
+    store = open_store(run_dir, readonly=True)
+    try:
+        c = store.counts()
+        result.counters.calls = c["calls"]
+        result.counters.cache_hits = c["cache_hits"]
+        result.counters.parse_failures = c["parse_failures"]
+        result.counters.errors = c["call_errors"]
+        result.counters.model_calls = c["calls"] - c["cache_hits"] - c["call_errors"]
+    finally:
+        store.close()
+    if not result.interrupted and not keep_shards:
+        shutil.rmtree(run_dir / SHARDS_DIR, ignore_errors=True)
+    return result
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """A worker process: ``python -m biaslab.experiments.shards SHARD_DIR I/N --main RUN_DIR``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="biaslab-shard-worker")
+    parser.add_argument("shard_dir")
+    parser.add_argument("shard")
+    parser.add_argument("--main")
+    parser.add_argument("--concurrency", type=int)
+    parser.add_argument("--no-cache", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        result = run_shard(args.shard_dir, args.shard, main_dir=args.main,
+                           concurrency=args.concurrency, use_shared_cache=not args.no_cache)
+    except UserError as exc:
+        print(f"biaslab: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    if result.interrupted:
+        return 130
+    return 1 if result.cells_failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

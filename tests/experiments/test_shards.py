@@ -1,0 +1,186 @@
+"""Sharded runs: --shard + merge, --workers and the Ray executor equal a whole run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import tomli_w
+
+from biaslab.cli import main
+from biaslab.experiments.shards import in_shard, parse_shard
+from biaslab.errors import UserError
+from biaslab.traces.store import RunStore
+from conftest import amplification_spec
+
+# E0 + E1 + E2 on math: cells with one, two and many calls, in-run cache hits, exposures.
+SPEC = amplification_spec(options={"datasets": ["math"], "pipelines": ["E0", "E1", "E2"],
+                                   "max_test": 20, "n_resamples": 200})
+
+
+@pytest.fixture(autouse=True)
+def _no_shared_cache(monkeypatch):
+    # Each run pays for its own calls, so a shard cannot borrow another's answers.
+    monkeypatch.setenv("BIASLAB_CACHE", "off")
+
+
+@pytest.fixture(scope="module")
+def spec_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("spec") / "grid.toml"
+    path.write_text(tomli_w.dumps(SPEC))
+    return path
+
+
+@pytest.fixture(scope="module")
+def whole(spec_file, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("whole") / "run"
+    import os
+    old = os.environ.get("BIASLAB_CACHE")
+    os.environ["BIASLAB_CACHE"] = "off"
+    try:
+        assert main(["run", str(spec_file), "--out", str(out), "--quiet"]) == 0
+    finally:
+        if old is None:
+            os.environ.pop("BIASLAB_CACHE", None)
+        else:
+            os.environ["BIASLAB_CACHE"] = old
+    return out
+
+
+def _calls(store: RunStore) -> pd.DataFrame:
+    """What each call asked and got; not which call was a cache hit, nor timings."""
+    frame = store.calls()[["cell_id", "node", "item", "sample", "attempt", "messages", "raw",
+                           "parsed", "parse_error", "error", "exposed", "prompt_hash"]]
+    return frame.map(repr).sort_values(["cell_id", "node", "item", "sample", "attempt"]
+                                       ).reset_index(drop=True)
+
+
+# Which of two identical calls paid and which was a cache hit depends on where each cell ran
+# (the same in a single process depends on scheduling); the call counts themselves do not.
+_HIT_SPLIT = ("model_calls", "cache_hits")
+
+
+def _tables(run_dir: Path) -> dict[str, bytes]:
+    tables = {}
+    for path in sorted((run_dir / "tables").rglob("*.csv")):
+        data = path.read_bytes()
+        frame = pd.read_csv(path)
+        if set(_HIT_SPLIT) <= set(frame.columns):
+            frame["model_calls"] += frame.pop("cache_hits")
+            data = frame.to_csv(index=False).encode()
+        tables[path.relative_to(run_dir).as_posix()] = data
+    return tables
+
+
+def assert_same_run(run_dir: Path, reference: Path) -> None:
+    a, b = RunStore(run_dir, readonly=True), RunStore(reference, readonly=True)
+    try:
+        assert a.meta()["fingerprint"] == b.meta()["fingerprint"]
+        assert "shard" not in a.meta()
+        cols = ["cell_id", "ord", "status", "error", "variant", "item", "target", "direction",
+                "model", "seed"]
+        pd.testing.assert_frame_equal(a.cells()[cols], b.cells()[cols])
+        assert set(a.cells()["status"]) == {"done"}
+        assert a.raw_outputs() == b.raw_outputs() and len(b.raw_outputs()) > 0
+        pd.testing.assert_frame_equal(_calls(a), _calls(b))
+        assert len(a.cache) == len(b.cache)
+    finally:
+        a.close()
+        b.close()
+    tables = _tables(reference)
+    assert tables and _tables(run_dir) == tables
+
+
+def test_shard_argument_and_slices():
+    assert parse_shard("2/3") == (2, 3)
+    for bad in ("3/3", "-1/2", "a/b", "1", "0/0"):
+        with pytest.raises(UserError, match="--shard must be I/N"):
+            parse_shard(bad)
+    ords = range(10)
+
+    class C:
+        def __init__(self, o):
+            self.ord = o
+    slices = [[o for o in ords if in_shard(i, 3)(C(o))] for i in range(3)]
+    assert sorted(sum(slices, [])) == list(ords) and all(slices)
+
+
+def test_three_shards_merged_equal_the_whole_run(spec_file, whole, tmp_path, capsys):
+    parts = []
+    for i in range(3):
+        out = tmp_path / f"shard-{i}"
+        assert main(["run", str(spec_file), "--shard", f"{i}/3", "--out", str(out),
+                     "--quiet"]) == 0
+        store = RunStore(out, readonly=True)
+        n = len(store.cells())
+        assert store.meta()["shard"] == f"{i}/3" and 0 < n < len(RunStore(whole).cells())
+        store.close()
+        parts.append(str(out))
+    assert not (Path(parts[0]) / "tables").exists()  # a shard alone is not reported
+    merged = tmp_path / "merged"
+    assert main(["merge", *parts, "--out", str(merged)]) == 0
+    assert_same_run(merged, whole)
+    # merging again (e.g. after a shard resumed) changes nothing
+    assert main(["merge", *parts, "--out", str(merged), "--no-report"]) == 0
+    assert_same_run(merged, whole)
+
+
+def test_merge_refuses_runs_of_different_experiments(spec_file, whole, tmp_path, capsys):
+    other = tmp_path / "other.toml"
+    other.write_text(tomli_w.dumps(amplification_spec(
+        options={"datasets": ["math"], "pipelines": ["E0"], "max_test": 20})))
+    assert main(["run", str(other), "--out", str(tmp_path / "o"), "--quiet",
+                 "--no-report"]) == 0
+    capsys.readouterr()
+    assert main(["merge", str(whole), str(tmp_path / "o"), "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("biaslab: error: cannot merge") and "different experiments" in err
+    assert len(err.splitlines()) == 1
+    assert main(["merge", str(tmp_path / "nothing"), "--out", str(tmp_path / "m")]) == 2
+
+
+def test_workers_end_in_one_store_equal_to_a_single_process_run(spec_file, whole, tmp_path):
+    out = tmp_path / "workers"
+    assert main(["run", str(spec_file), "--workers", "2", "--out", str(out), "--quiet"]) == 0
+    assert_same_run(out, whole)
+    assert not (out / "shards").exists()
+    # resume and replay work on the merged run as on any other
+    assert main(["run", "--resume", str(out), "--workers", "2", "--quiet", "--no-report"]) == 0
+    assert_same_run(out, whole)
+    assert main(["replay", str(out), "--mode", "strict", "--out", str(tmp_path / "r")]) == 0
+
+
+def test_ray_executor_on_a_local_instance(spec_file, whole, tmp_path):
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'biaslab[ray]')")
+    out = tmp_path / "ray"
+    assert main(["run", str(spec_file), "--workers", "3", "--executor", "ray", "--out",
+                 str(out), "--quiet"]) == 0
+    assert_same_run(out, whole)
+
+
+def test_merge_never_replaces_a_done_cell_with_a_failed_one(tmp_path):
+    from biaslab.traces.cache import CachedResponse
+    from biaslab.traces.records import CallRecord
+
+    def record(cid, raw):
+        return CallRecord(cell_id=cid, node="n", seed=1, exposure_id="none", prompt_id="p",
+                          prompt_hash="h", cache_key="k" + raw, messages=[], model={},
+                          params={}, raw=raw)
+
+    for name, status in (("good", None), ("bad", "boom")):
+        store = RunStore(tmp_path / name)
+        store.set_meta(fingerprint="f1")
+        store.start_cell("c", 0, {"seed": 1})
+        store.put_cache("k" + name, CachedResponse(name, 1, 1), {})
+        store.finish_cell("c", [record("c", name)], [("n", name)], error=status)
+        store.close()
+    out = RunStore(tmp_path / "out")
+    assert out.merge_from(tmp_path / "good") == 1 and out.merge_from(tmp_path / "bad") == 0
+    assert list(out.cells()["status"]) == ["done"]
+    assert [c.raw for c in out.iter_calls()] == ["good"] and len(out.cache) == 2
+    out.close()
+    fresh = RunStore(tmp_path / "out2")
+    assert fresh.merge_from(tmp_path / "bad") == 1 and fresh.merge_from(tmp_path / "good") == 1
+    assert list(fresh.cells()["status"]) == ["done"] and len(list(fresh.iter_calls())) == 1
+    fresh.close()
