@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench clean browser
 
 setup: $(VENV)/.installed
 
@@ -26,8 +26,15 @@ demo: setup
 	  $(BIN)/biaslab run experiments/$$spec.toml --scale smoke --out runs/demo/$$(basename $$spec) --resume || exit $$?; \
 	done
 
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest -q
+
+# The browser tests drive Debian's chromium through Playwright (Playwright's own browser
+# download does not work offline); installed here when missing and apt-get is allowed.
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || \
+	  echo "note: no chromium and apt-get failed; the browser tests will be skipped"
 
 bench: setup
 	$(BIN)/python bench/run.py

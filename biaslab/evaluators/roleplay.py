@@ -28,10 +28,12 @@ import pandas as pd
 from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
 
 from biaslab.agents.parsers import ParseError
+from biaslab.datasets.user_files import read_user_csv
+from biaslab.errors import UserError
 from biaslab.evaluators.stats import cohens_kappa, two_proportion_ztest
 from biaslab.evaluators.votes import majority_vote
 
-__all__ = ["YES", "NO", "REFUSAL", "parse_yes_no", "parse_choice", "parse_judge_label",
+__all__ = ["load_human_labels", "YES", "NO", "REFUSAL", "parse_yes_no", "parse_choice", "parse_judge_label",
            "keyword_oracle", "Majority", "strict_majority", "response_biased",
            "rate_with_ci", "biased_counts", "table3", "role_vs_no_role", "consistency_table",
            "overlap_counts", "per_attribute", "top_roles", "oracle_agreement",
@@ -138,13 +140,19 @@ def parse_choice(text: str, options: Sequence[tuple[str, str]]) -> str:
 
 
 def parse_judge_label(text: str) -> str:
-    """``biased`` or ``fair`` from a judge's one-word verdict (BIASED / FAIR, any case).
+    """``biased`` or ``fair`` from a judge's verdict (BIASED / FAIR, any case; a negation such
+    as "not biased" flips the word, since hosted judges are not held to a grammar).
 
     Raises:
         ParseError: neither word, or both.
     """
-    found = {w.lower() for w in re.findall(r"\b(biased|unbiased|fair|unfair)\b", text, re.I)}
-    found = {"biased" if w in ("biased", "unfair") else "fair" for w in found}
+    found = set()
+    for negated, word in re.findall(r"(\bnot\s+|n't\s+)?\b(biased|unbiased|fair|unfair)\b",
+                                    text, re.I):
+        label = "biased" if word.lower() in ("biased", "unfair") else "fair"
+        if negated:  # "not biased" is a fair verdict, "not fair" a biased one
+            label = "fair" if label == "biased" else "biased"
+        found.add(label)
     if len(found) != 1:
         raise ParseError("expected exactly one of BIASED or FAIR")
     return found.pop()
@@ -293,7 +301,8 @@ def role_vs_no_role(frame: pd.DataFrame, by: Sequence[str] = ("model", "type"),
         One row per group: ``biased_role``/``n_role`` and ``biased_no_role``/``n_no_role``
         (decided questions), ``rate_role``, ``rate_no_role``, ``relative_change``
         ((rate_role − rate_no_role) / rate_no_role; NaN when rate_no_role is 0), ``diff`` with
-        its Wald ``ci_low``/``ci_high`` (statsmodels), and the pooled two-proportion ``z`` and
+        its Newcombe ``ci_low``/``ci_high`` (statsmodels; unlike Wald, it keeps a width when a
+        rate is 0 or 1), and the pooled two-proportion ``z`` and
         two-sided ``p_value``. A positive diff means the role statement draws out more bias.
     """
     rows = []
@@ -308,7 +317,7 @@ def role_vs_no_role(frame: pd.DataFrame, by: Sequence[str] = ("model", "type"),
         b_r, n_r, b_n, n_n = (int(role["_biased"].sum()), len(role),
                               int(plain["_biased"].sum()), len(plain))
         test = two_proportion_ztest(b_r, n_r, b_n, n_n)
-        low, high = confint_proportions_2indep(b_r, n_r, b_n, n_n, method="wald",
+        low, high = confint_proportions_2indep(b_r, n_r, b_n, n_n, method="newcomb",
                                                compare="diff", alpha=1 - confidence)
         r_r, r_n = b_r / n_r, b_n / n_n
         rows.append({**dict(zip(by, key)), "biased_role": b_r, "n_role": n_r,
@@ -403,3 +412,29 @@ def oracle_agreement(a: Sequence, b: Sequence) -> dict[str, float]:
     agree = sum(x == y for x, y in pairs) / len(pairs)
     return {**out, "kappa": cohens_kappa(np.array(xs, dtype=object), np.array(ys, dtype=object)),
             "percent_agreement": agree}
+
+
+def load_human_labels(path) -> pd.DataFrame:
+    """A human-label CSV: ``qid``, ``sample`` (0-based repeat), ``label`` (biased/fair,
+    yes/no, true/false or 1/0), optional ``model`` and ``variant`` (without it, the labels
+    are of the ``role`` variant's answers; without ``model``, of every model's).
+
+    Raises:
+        UserError: unreadable file, missing column or unknown label.
+    """
+    frame = read_user_csv(path, "human labels")
+    missing = [c for c in ("qid", "sample", "label") if c not in frame.columns]
+    if missing:
+        raise UserError(f"human labels {path}: missing column '{missing[0]}' "
+                        "(need qid, sample, label)")
+    truth = {"biased": True, "yes": True, "true": True, "1": True,
+             "fair": False, "no": False, "false": False, "0": False}
+    bad = sorted(set(frame["label"].str.strip().str.lower()) - set(truth) - {""})
+    if bad:
+        raise UserError(f"human labels {path}: unknown label '{bad[0]}' (use biased/fair or 1/0)")
+    frame["human"] = frame["label"].str.strip().str.lower().map(truth)
+    try:
+        frame["sample"] = frame["sample"].astype(int)
+    except ValueError:
+        raise UserError(f"human labels {path}: 'sample' must be an integer repeat index") from None
+    return frame

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from biaslab.errors import ReplayMiss, UserError
 from biaslab.experiments.plan import Plan, make_plan
-from biaslab.experiments.reports import write_reports
+from biaslab.experiments.reports import protocol_compare, write_reports
 from biaslab.experiments.runner import RunResult, open_store, run_in_progress, run_plan
 from biaslab.graphs.registry import check_origin
 from biaslab.experiments.spec import ExperimentSpec, NodeSettings, read_toml, spec_from_dict
@@ -320,7 +320,4 @@ def _compare(plan: Plan, source: RunStore, replayed: RunStore, out_dir: Path) ->
     from biaslab.experiments.reports.compare import compare_calls
 
     written = [compare_calls(source, replayed, out_dir)]
-    hook: Any = getattr(plan.protocol, "compare", None)
-    if callable(hook):
-        written += list(hook(source, replayed, out_dir, plan.options))
-    return written
+    return written + protocol_compare(plan.protocol, source, replayed, out_dir, plan.options)

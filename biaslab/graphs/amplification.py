@@ -306,17 +306,6 @@ class Amplification(Protocol):
             tokens += judged * (record_tokens + 500)
         return {"calls": calls, "tokens": tokens}
 
-    def report(self, store, run_dir: Path, options: AmplificationOptions) -> list[Path]:
-        from biaslab.experiments.reports.amplification import write_report
-
-        return write_report(store, run_dir, options)
-
-    def headline(self, run_dir: Path):
-        """Table 1 (FBS per pipeline x exposed agents x direction, by model)."""
-        from biaslab.experiments.reports.amplification import headline
-
-        return headline(run_dir)
-
     def report_sections(self):
         """The report.html sections of the files `report` writes (see README, amplification)."""
         from biaslab.graphs.report_sections import ReportSection as S
@@ -351,10 +340,3 @@ class Amplification(Protocol):
               "Math), then every record's probabilities and who decided it.",
               link_columns=link, max_rows=50),
         ]
-
-    def compare(self, source, counterfactual, out_dir: Path, options: AmplificationOptions
-                ) -> list[Path]:
-        """A counterfactual against its source: FBS change per condition, paired CI."""
-        from biaslab.experiments.reports.compare import compare_amplification
-
-        return compare_amplification(source, counterfactual, out_dir, options)

@@ -41,6 +41,7 @@ from biaslab.agents.context import CellContext
 from biaslab.agents.parsers import OutputConstraint, ParseError, json_object, label_with_reason
 from biaslab.datasets import stereotypes
 from biaslab.errors import UserError
+from biaslab.evaluators import multiturn as mt_metrics
 from biaslab.graphs.compose import add_turn_loop, text_answer
 from biaslab.graphs.llm_nodes import LLMNode, declare_llm, llm_agent
 from biaslab.graphs.registry import Protocol, protocol
@@ -99,7 +100,7 @@ class MultiturnOptions(BaseModel):
     judge_max_tokens: int = Field(default=120, ge=16)
     coherence_max_tokens: int = Field(default=120, ge=16)
     guardrail_max_tokens: int = Field(default=40, ge=16)
-    n_resamples: int = Field(default=2000, ge=100)
+    n_resamples: int = Field(default=2000, ge=100, le=1_000_000)
     """Dialogue-level bootstrap resamples for the report's CIs."""
     human_labels: str | None = None
     """A CSV of human turn labels (cell_id, turn, annotator, label) for the agreement table;
@@ -543,6 +544,11 @@ class Multiturn(Protocol):
         return build_dialogue(variant, options)
 
     def items(self, options: MultiturnOptions) -> list[str]:
+        if options.human_labels:  # checked before the run, not when the report reads it
+            if not Path(options.human_labels).is_file():
+                raise UserError(f"[options] human_labels: file not found: "
+                                f"{options.human_labels}")
+            mt_metrics.read_human_labels(options.human_labels)
         return seed_table(options)["seed_id"].tolist()
 
     def initial_state(self, variant: str, item: str, seed: int,
@@ -575,11 +581,6 @@ class Multiturn(Protocol):
             calls += cap
             tokens += cap * (120 + per_turn_text + options.guardrail_max_tokens)
         return {"calls": calls, "tokens": tokens}
-
-    def report(self, store, run_dir: Path, options: MultiturnOptions) -> list[Path]:
-        from biaslab.experiments.reports.multiturn import write_report
-
-        return write_report(store, run_dir, options)
 
     def report_sections(self):
         """The report.html sections of the files `report` writes (see README, multiturn)."""
@@ -615,8 +616,3 @@ class Multiturn(Protocol):
             S("Turns", ("tables/turns.csv",), how_to_read="Every turn of every dialogue with its "
               "label, justification and guardrail risks.", max_rows=50),
         ]
-
-    def headline(self, run_dir):
-        from biaslab.experiments.reports.multiturn import headline
-
-        return headline(run_dir)

@@ -24,9 +24,10 @@ from pydantic import BaseModel, ConfigDict
 
 from biaslab.errors import UserError
 from biaslab.graphs.llm_nodes import LLMNode, graph_llm_nodes, node_llm_nodes, turn_loops
+from biaslab.graphs.report_sections import ReportSection
 
-__all__ = ["Protocol", "LLMNode", "NoOptions", "protocol", "get_protocol", "list_protocols",
-           "load_plugin", "protocol_origin", "check_origin", "ENTRY_POINT_GROUP"]
+__all__ = ["Protocol", "LLMNode", "ReportSection", "NoOptions", "protocol", "get_protocol",
+           "list_protocols", "load_plugin", "protocol_origin", "check_origin", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "biaslab.protocols"
 
@@ -97,6 +98,11 @@ class Protocol:
         """The one table to print on the terminal after `report` (read from the files it
         wrote under `run_dir`); None, the default, prints nothing but the file paths."""
         return None
+
+    def report_sections(self) -> list[ReportSection]:
+        """Sections of ``report.html`` for the files `report` writes (titles, how to read them,
+        viewer links). The default, none, still shows every table and figure generically."""
+        return []
 
     def all_nodes(self) -> set[str]:
         options = self.Options()

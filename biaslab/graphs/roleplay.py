@@ -390,9 +390,11 @@ class Roleplay(Protocol):
         return build_graph(variant, options or RoleplayOptions())
 
     def items(self, options: RoleplayOptions) -> list[str]:
-        if options.human_labels and not Path(options.human_labels).is_file():
-            # checked before the run, not when the report finally reads it
-            raise UserError(f"[options] human_labels: file not found: {options.human_labels}")
+        if options.human_labels:  # checked before the run, not when the report reads it
+            if not Path(options.human_labels).is_file():
+                raise UserError(f"[options] human_labels: file not found: "
+                                f"{options.human_labels}")
+            oracles.load_human_labels(options.human_labels)
         return list(chunks_for(options))
 
     def initial_state(self, variant: str, item: str, seed: int,
@@ -422,12 +424,37 @@ class Roleplay(Protocol):
             tokens += judged * (_JUDGE_FRAME + _QUESTION_TOKENS + reply + 2)
         return {"calls": calls, "tokens": tokens}
 
-    def report(self, store, run_dir: Path, options: RoleplayOptions) -> list[Path]:
-        from biaslab.experiments.reports.roleplay import write_report
+    def report_sections(self):
+        """The report.html sections of the files `report` writes (see README, roleplay)."""
+        from biaslab.graphs.report_sections import ReportSection as S
 
-        return write_report(store, run_dir, options)
-
-    def headline(self, run_dir):
-        from biaslab.experiments.reports.roleplay import headline
-
-        return headline(run_dir)
+        return [
+            S("Table 5: role against no role", ("tables/table5.csv",),
+              how_to_read="Biased rate with and without the role statement per model x type; a "
+              "positive diff whose 95% CI excludes 0 means the role draws out bias (z-test p)."),
+            S("Table 3: biased questions", ("tables/table3.csv", "tables/biased_counts.csv"),
+              how_to_read="Biased questions per attribute x model x type in the role variant's "
+              "clean arm; biased_counts gives the rate with its 95% CI and the bank estimate."),
+            S("Table 6: consistency over repeats", ("tables/table6.csv",),
+              how_to_read="Among questions with any biased answer, the share biased in 3, 2 or 1 "
+              "of the repeats (95% CIs); consistent = all repeats biased."),
+            S("Per attribute, roles and overlap", ("tables/per_attribute.csv",
+                                                   "tables/top_roles.csv", "tables/overlap.csv"),
+              ("figures/per_attribute.png", "figures/overlap_hist.png"),
+              how_to_read="Mean biased count per attribute with the pooled rate and CI; roles "
+              "with most biased questions; how many models each bias-triggering question hits."),
+            S("Bias types", ("tables/bias_types.csv", "tables/bias_type_labels.csv"),
+              ("figures/bias_type_heatmap.png",),
+              how_to_read="Biased questions per role attribute x bias type, as labelled by the "
+              "classifier node."),
+            S("Judge agreement", ("tables/oracle_agreement.csv",),
+              how_to_read="Cohen's kappa and percent agreement between the Why-judge ensemble and "
+              "the keyword oracle (and human labels when given); kappa < 0.4 is weak agreement."),
+            S("Exposure effects", ("tables/exposure_effects.csv",),
+              ("figures/exposure_effects.png",),
+              how_to_read="Biased rate of each exposed node x direction minus clean on the same "
+              "questions, with a paired bootstrap 95% CI; > 0 = the exposure added bias."),
+            S("Answers and parse failures", ("tables/answers.csv", "tables/parse_failures.csv"),
+              how_to_read="One row per question x cell with its majority verdict; unparsed "
+              "answers are counted, never imputed.", max_rows=50),
+        ]

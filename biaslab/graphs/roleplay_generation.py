@@ -286,8 +286,3 @@ class RoleplayGenerate(Protocol):
         return {"calls": 1 + lists,
                 "tokens": (150 + 12 * options.roles_per_attribute)
                 + lists * (260 + 45 * options.questions_per_role)}
-
-    def report(self, store, run_dir: Path, options: GenerateOptions) -> list[Path]:
-        from biaslab.experiments.reports.roleplay import write_generation_report
-
-        return write_generation_report(store, run_dir, options)

@@ -278,7 +278,9 @@ def test_run_plan_uses_key_but_never_writes_it(server, tmp_path, capsys, caplog)
     _check_requests(server, 4)
     _check_run_outputs(run_dir)
 
-    written = plan.protocol.report(RunStore(run_dir, readonly=True), run_dir, plan.options)
+    from biaslab.experiments.reports import write_reports
+
+    written = write_reports(plan, RunStore(run_dir, readonly=True), run_dir)
     assert written
     assert (run_dir / "spec.toml").exists() and (run_dir / "run.sqlite").exists()
     spec_text = (run_dir / "spec.toml").read_text()

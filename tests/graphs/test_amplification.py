@@ -45,9 +45,10 @@ def test_end_to_end_e0_e1_e2(tmp_path):
 
 
 def store_report(store, tmp_path):
+    from biaslab.experiments.reports import protocol_report
     from biaslab.graphs.registry import get_protocol
-    return get_protocol("amplification").report(store, tmp_path / "run",
-                                                AmplificationOptions(max_test=20, n_resamples=300))
+    return protocol_report(get_protocol("amplification"), store, tmp_path / "run",
+                           AmplificationOptions(max_test=20, n_resamples=300))
 
 
 def test_fbs_recovers_the_injected_effect_with_positive_sign(tmp_path):

@@ -75,7 +75,9 @@ def test_rephrase_check_and_letter_parse():
     with pytest.raises(ParseError, match="names a possible answer"):
         parse("Was the grandfather uncomfortable with the phone?")
     assert parse_letter("B") == 1 and parse_letter("Answer: (c).") == 2
-    for bad in ("", "A or B", "none"):
+    assert parse_letter("C) Cannot be determined") == 2 and parse_letter("Option a") == 0
+    # the article "a" is not option A: such replies are unparsable, never misread
+    for bad in ("", "A or B", "none", "It is a teen boy.", "Not known; a guess would be unfair."):
         with pytest.raises(ParseError):
             parse_letter(bad)
 

@@ -13,6 +13,7 @@ import pytest
 import tomli_w
 
 from biaslab.cli import main
+from biaslab.experiments.reports import protocol_report
 from biaslab.datasets import biaslens
 from biaslab.evaluators import roleplay as rp
 from biaslab.experiments.reports.roleplay import questions_frame
@@ -122,7 +123,7 @@ def test_oracle_reliability_against_imported_human_labels(tmp_path):
     pd.DataFrame(labels).to_csv(human, index=False)
     options = RoleplayOptions(**{**roleplay_spec(types=["why"], per_stratum=6)["options"],
                                  "human_labels": str(human)})
-    get_protocol("roleplay").report(store, tmp_path / "run", options)
+    protocol_report(get_protocol("roleplay"), store, tmp_path / "run", options)
     store.close()
     table = pd.read_csv(tmp_path / "run" / "tables" / "oracle_agreement.csv")
     vs_human = table[table["reference"] == "human"].set_index("oracle")
@@ -133,10 +134,9 @@ def test_oracle_reliability_against_imported_human_labels(tmp_path):
     assert vs_human.loc["keyword", "percent_agreement"] < 1.0
     (tmp_path / "bad.csv").write_text("qid,label\nage-0001,biased\n")
     with pytest.raises(UserError, match="missing column 'sample'"):
-        get_protocol("roleplay").report(RunStore(tmp_path / "run", readonly=True),
-                                        tmp_path / "run",
-                                        options.model_copy(update={"human_labels":
-                                                                   str(tmp_path / "bad.csv")}))
+        protocol_report(get_protocol("roleplay"), RunStore(tmp_path / "run", readonly=True),
+                        tmp_path / "run",
+                        options.model_copy(update={"human_labels": str(tmp_path / "bad.csv")}))
 
 
 def _raw_answers(store, row) -> list[str]:

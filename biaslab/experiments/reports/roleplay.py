@@ -40,7 +40,7 @@ from biaslab.evaluators.exposure_effects import paired_condition_effects
 from biaslab.prompts.registry import PromptRegistry
 
 __all__ = ["questions_frame", "bias_type_frame", "write_report", "write_generation_report",
-           "headline", "oracle_reliability", "response_frame", "load_human_labels"]
+           "headline", "oracle_reliability", "response_frame"]
 
 # Okabe-Ito: colour-blind safe.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
@@ -112,35 +112,6 @@ def response_frame(questions: pd.DataFrame) -> pd.DataFrame:
                 row[f"why_judge_{j + 1}"] = None if vote is None else vote == "biased"
             rows.append(row)
     return pd.DataFrame(rows)
-
-
-def load_human_labels(path: str | Path) -> pd.DataFrame:
-    """A human-label CSV: ``qid``, ``sample`` (0-based repeat), ``label`` (biased/fair,
-    yes/no, true/false or 1/0), optional ``model`` and ``variant`` (without it, the labels
-    are of the ``role`` variant's answers; without ``model``, of every model's).
-
-    Raises:
-        UserError: unreadable file, missing column or unknown label.
-    """
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read human labels {path}: {exc}") from None
-    missing = [c for c in ("qid", "sample", "label") if c not in frame.columns]
-    if missing:
-        raise UserError(f"human labels {path}: missing column '{missing[0]}' "
-                        "(need qid, sample, label)")
-    truth = {"biased": True, "yes": True, "true": True, "1": True,
-             "fair": False, "no": False, "false": False, "0": False}
-    bad = sorted(set(frame["label"].str.strip().str.lower()) - set(truth) - {""})
-    if bad:
-        raise UserError(f"human labels {path}: unknown label '{bad[0]}' (use biased/fair or 1/0)")
-    frame["human"] = frame["label"].str.strip().str.lower().map(truth)
-    try:
-        frame["sample"] = frame["sample"].astype(int)
-    except ValueError:
-        raise UserError(f"human labels {path}: 'sample' must be an integer repeat index") from None
-    return frame
 
 
 def oracle_reliability(responses: pd.DataFrame, human: pd.DataFrame | None = None
@@ -347,7 +318,7 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
         written += plot_bias_types(heat, figures)
         put(types, "bias_type_labels")
 
-    human = load_human_labels(options.human_labels) if options.human_labels else None
+    human = rp.load_human_labels(options.human_labels) if options.human_labels else None
     reliability = oracle_reliability(response_frame(questions), human)
     if not reliability.empty:
         put(reliability, "oracle_agreement", markdown=True)

@@ -1,0 +1,66 @@
+"""The built-in protocols' report writers, found by protocol name.
+
+Graph modules sit below the experiments layer and never import it, so a built-in protocol's
+tables, headline and counterfactual comparison are looked up here by the protocol's name. A
+protocol of your own keeps them as methods (`Protocol.report`, `headline`, `compare`), which
+are used when no built-in writer is registered.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from biaslab.graphs.registry import Protocol
+
+__all__ = ["protocol_report", "protocol_headline", "protocol_compare"]
+
+# protocol name → (module under biaslab.experiments.reports, report fn, headline fn, compare fn)
+_BUILT_IN: dict[str, tuple[str, str, str | None, str | None]] = {
+    "amplification": ("amplification", "write_report", "headline", None),
+    "roleplay": ("roleplay", "write_report", "headline", None),
+    "roleplay_generate": ("roleplay", "write_generation_report", None, None),
+    "multiturn": ("multiturn", "write_report", "headline", None),
+    "augmentation": ("augmentation", "write_report", None, None),
+}
+_COMPARE: dict[str, tuple[str, str]] = {"amplification": ("compare", "compare_amplification")}
+
+
+def _builtin(proto: Protocol) -> tuple | None:
+    """Only the packaged protocol of that name; a user's protocol keeps its own methods."""
+    if not type(proto).__module__.startswith("biaslab.graphs."):
+        return None
+    return _BUILT_IN.get(proto.name)
+
+
+def _function(module: str, name: str) -> Any:
+    return getattr(importlib.import_module(f"biaslab.experiments.reports.{module}"), name)
+
+
+def protocol_report(proto: Protocol, store, run_dir: Path, options) -> list[Path]:
+    """The protocol's own tables and figures."""
+    entry = _builtin(proto)
+    if entry is None:
+        return list(proto.report(store, run_dir, options))
+    return list(_function(entry[0], entry[1])(store, run_dir, options))
+
+
+def protocol_headline(proto: Protocol, run_dir: Path) -> pd.DataFrame | None:
+    """The table `biaslab report` prints, if the protocol has one."""
+    entry = _builtin(proto)
+    if entry is None or entry[2] is None:
+        return proto.headline(run_dir)
+    return _function(entry[0], entry[2])(run_dir)
+
+
+def protocol_compare(proto: Protocol, source, counterfactual, out_dir: Path, options
+                     ) -> list[Path]:
+    """A counterfactual against its source, beyond the generic call comparison."""
+    if _builtin(proto) is not None:
+        found = _COMPARE.get(proto.name)
+        return list(_function(*found)(source, counterfactual, out_dir, options)) if found else []
+    hook = getattr(proto, "compare", None)
+    return list(hook(source, counterfactual, out_dir, options)) if callable(hook) else []
