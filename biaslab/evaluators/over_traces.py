@@ -24,9 +24,8 @@ from biaslab.agents.gateway import Gateway
 from biaslab.agents.providers import parse_model
 from biaslab.errors import UserError
 from biaslab.evaluators.judges import judge_node
-from biaslab.experiments.runner import shared_cache_path
 from biaslab.prompts.registry import PromptRegistry
-from biaslab.traces.cache import CallCache
+from biaslab.traces.cache import CallCache, shared_cache_path
 from biaslab.traces.records import CallRecord
 from biaslab.traces.store import STORE_FILE, RunStore
 

@@ -24,7 +24,7 @@ from biaslab.agents.providers import strip_credentials
 from biaslab.errors import ReplayMiss, UserError
 from biaslab.experiments.plan import Cell, Plan
 from biaslab.graphs.registry import protocol_origin
-from biaslab.traces.cache import CallCache
+from biaslab.traces.cache import CallCache, shared_cache_path
 from biaslab.traces.records import SCHEMA_VERSION
 from biaslab.traces.store import STORE_FILE, RunStore
 
@@ -34,18 +34,6 @@ __all__ = ["run_plan", "RunResult", "shared_cache_path", "write_resolved_spec", 
 
 _COMMIT_EVERY_S = 0.2
 """Finished cells share one store transaction for up to this long (whole cells only)."""
-
-
-def shared_cache_path() -> Path | None:
-    """The cross-run response cache: ``$BIASLAB_CACHE``, or under the user's cache dir.
-    ``BIASLAB_CACHE=off`` disables it."""
-    env = os.environ.get("BIASLAB_CACHE")
-    if env == "off":
-        return None
-    if env:
-        return Path(env)
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return base / "biaslab" / "calls.sqlite"
 
 
 @dataclass

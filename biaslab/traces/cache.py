@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CachedResponse", "CallCache", "cache_key", "is_cacheable", "CACHE_DDL"]
+__all__ = ["CachedResponse", "CallCache", "cache_key", "is_cacheable", "CACHE_DDL", "shared_cache_path"]
 
 CACHE_DDL = """
 CREATE TABLE IF NOT EXISTS cache (
@@ -95,3 +96,15 @@ class CallCache:
     def close(self) -> None:
         if self.owns:
             self.conn.close()
+
+
+def shared_cache_path() -> Path | None:
+    """The cross-run response cache: ``$BIASLAB_CACHE``, or under the user's cache dir.
+    ``BIASLAB_CACHE=off`` disables it."""
+    env = os.environ.get("BIASLAB_CACHE")
+    if env == "off":
+        return None
+    if env:
+        return Path(env)
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "biaslab" / "calls.sqlite"
