@@ -66,19 +66,9 @@ def timed(model: LocalChatModel, batch: list, concurrency: int) -> tuple[float, 
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import xllamacpp  # noqa: F401
-    from importlib import metadata
-    return (f"{os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}, Python "
-            f"{platform.python_version()}, xllamacpp {metadata.version('xllamacpp')}, "
-            f"n_threads={os.environ['BIASLAB_LOCAL_THREADS']}")
+    from machine import describe
+
+    return describe(("xllamacpp",))
 
 
 def main(argv=None) -> int:

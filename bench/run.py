@@ -415,17 +415,9 @@ BENCHES = {"concurrency": bench_concurrency, "cache": bench_cache, "overhead": b
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    versions = ", ".join(f"{p} {metadata.version(p)}" for p in ("langgraph", "langchain-core"))
-    return (f"{os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}, {versions}, SQLite {sqlite3.sqlite_version}")
+    from machine import describe
+
+    return f"{describe(('langgraph', 'langchain-core'))}, SQLite {sqlite3.sqlite_version}"
 
 
 def main(argv=None) -> int:
