@@ -23,7 +23,7 @@ from biaslab.experiments.reports import write_reports  # noqa: E402
 from biaslab.experiments.runner import run_plan  # noqa: E402
 from biaslab.experiments.spec import spec_from_dict  # noqa: E402
 from biaslab.traces.store import RunStore  # noqa: E402
-from conftest import amplification_spec  # noqa: E402
+from support_runs import amplification_spec  # noqa: E402
 
 pytestmark = pytest.mark.local_model
 

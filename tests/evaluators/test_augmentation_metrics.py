@@ -10,7 +10,7 @@ from biaslab.evaluators.augmentation import (bbq_metrics, bbq_scores, cluster_ra
 from biaslab.experiments.reports.augmentation import rows_frame
 from biaslab.graphs.augmentation_synthetic import P_DECISIVE
 from biaslab.traces.store import RunStore
-from conftest import run_spec
+from support_runs import run_spec
 
 
 def test_bias_score_on_hand_made_cases():

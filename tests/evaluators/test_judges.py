@@ -12,7 +12,7 @@ from biaslab.evaluators.judges import judge_ensemble, regex_oracle
 from biaslab.evaluators.over_traces import judge_traces
 from biaslab.prompts.registry import PromptRegistry
 from biaslab.traces.store import RunStore
-from conftest import amplification_spec, run_spec
+from support_runs import amplification_spec, run_spec
 
 LABELS = ["favors_female", "favors_male", "neutral"]
 

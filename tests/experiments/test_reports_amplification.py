@@ -15,7 +15,7 @@ from matplotlib.patches import Patch
 from biaslab.cli import main
 from biaslab.evaluators.amplification import CLEAN
 from biaslab.experiments.reports.amplification import fbs_scatter_figure, target_markers
-from conftest import amplification_spec
+from support_runs import amplification_spec
 
 OKABE_ITO = {"#e69f00", "#56b4e9", "#009e73", "#f0e442", "#0072b2", "#d55e00", "#cc79a7"}
 PIPELINE_TARGETS = {

@@ -17,7 +17,7 @@ from biaslab.errors import ReplayMiss
 from biaslab.experiments import replay
 from biaslab.graphs.amplification_synthetic import make_agent
 from biaslab.traces.store import RunStore
-from conftest import amplification_spec, run_spec
+from support_runs import amplification_spec, run_spec
 
 E1 = {"options": {"datasets": ["math"], "pipelines": ["E1"], "max_test": 20, "n_resamples": 500}}
 

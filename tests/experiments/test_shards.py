@@ -12,7 +12,7 @@ from biaslab.cli import main
 from biaslab.experiments.shards import in_shard, parse_shard
 from biaslab.errors import UserError
 from biaslab.traces.store import RunStore
-from conftest import amplification_spec
+from support_runs import amplification_spec
 
 # E0 + E1 + E2 on math: cells with one, two and many calls, in-run cache hits, exposures.
 SPEC = amplification_spec(options={"datasets": ["math"], "pipelines": ["E0", "E1", "E2"],

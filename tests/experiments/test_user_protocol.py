@@ -222,7 +222,7 @@ def test_llm_nodes_are_read_from_the_graph_and_its_subgraphs():
 
 def test_estimates_are_within_2x_of_the_calls_made(tmp_path, capsys):
     """The estimate is an estimate (within 2x), not a tenfold upper bound."""
-    from tests.conftest import amplification_spec, run_spec
+    from support_runs import amplification_spec, run_spec
 
     import json
 

@@ -13,7 +13,7 @@ from biaslab.datasets.student import cached_split
 from biaslab.graphs.amplification import AmplificationOptions, parse_final
 from biaslab.graphs.amplification_synthetic import failure_probability
 from biaslab.traces.store import RunStore
-from conftest import amplification_spec, run_spec
+from support_runs import amplification_spec, run_spec
 
 
 def _run(tmp_path, **overrides):

@@ -5,7 +5,7 @@ import pytest
 pytest.importorskip("xllamacpp")
 
 from biaslab.traces.store import RunStore  # noqa: E402
-from conftest import amplification_spec, run_spec  # noqa: E402
+from support_runs import amplification_spec, run_spec  # noqa: E402
 
 pytestmark = pytest.mark.local_model
 

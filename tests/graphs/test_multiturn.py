@@ -15,10 +15,10 @@ from biaslab.experiments.reports.multiturn import dialogues_frame, label_matrix
 from biaslab.graphs import multiturn_synthetic as syn
 from biaslab.graphs.multiturn import (MultiturnOptions, build_dialogue, parse_variant,
                                       seed_table, split_script, user_turn_parser)
-from biaslab.graphs.registry import get_protocol
+from biaslab.graphs.registry import get_protocol, step_budget
 from biaslab.agents.parsers import ParseError
 from biaslab.traces.store import RunStore
-from conftest import run_spec
+from support_runs import run_spec
 
 
 def spec(model="scripted:multiturn-followup", **options) -> dict:
@@ -163,7 +163,7 @@ def test_variants_and_graph_shape():
                                                                     "guardrail"}
     assert parse_variant("dynamic-implicit-t10") == {"mode": "dynamic", "framing": "implicit",
                                                      "cap": 10}
-    assert build_dialogue("static-fixed_format").recursion_limit >= 3 * 5
+    assert step_budget(build_dialogue("static-fixed_format")) >= 3 * 5
     from biaslab.prompts.registry import PromptRegistry
     for task in ("anaphora_ellipsis", "jailbreak_tips", "fixed_format"):
         text = PromptRegistry().get(f"multiturn/static_{task}").render(

@@ -22,7 +22,7 @@ from biaslab.graphs.registry import get_protocol
 from biaslab.graphs.roleplay import RoleplayOptions
 from biaslab.graphs.roleplay_synthetic import BIAS_RATES, STEREOTYPE_SHIFT
 from biaslab.traces.store import RunStore
-from conftest import run_spec
+from support_runs import run_spec
 
 REPO = Path(__file__).resolve().parents[2]
 

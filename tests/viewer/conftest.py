@@ -59,7 +59,3 @@ def viewer(multiturn_run, tmp_path):
     yield f"http://127.0.0.1:{server.server_address[1]}", run
     server.shutdown()
     server.server_close()
-
-
-def chromium_path() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")

@@ -6,14 +6,14 @@ CI installs them with ``apt-get install -y chromium`` and ``pip install playwrig
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
-from conftest import chromium_path
 
 # CI installs both (make test), so there a missing browser fails instead of skipping.
 REQUIRED = os.environ.get("CI") == "true"
-CHROMIUM = chromium_path()
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if REQUIRED:
     import playwright.sync_api  # noqa: F401
     assert CHROMIUM, "CI needs chromium: `make test` installs it with apt-get"
