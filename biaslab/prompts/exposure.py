@@ -16,7 +16,7 @@ from biaslab.errors import UserError
 from biaslab.prompts.registry import Message, PromptRegistry
 
 __all__ = ["Exposure", "Condition", "Position", "POSITIONS", "exposure_conditions",
-           "apply_exposures", "CLEAN"]
+           "apply_exposures", "CLEAN", "condition_id"]
 
 Position = Literal["system-append", "system-replace", "user-prefix", "user-suffix"]
 POSITIONS: tuple[str, ...] = ("system-append", "system-replace", "user-prefix", "user-suffix")
@@ -66,13 +66,19 @@ class Condition:
 
     @property
     def id(self) -> str:
-        return "none" if not self.exposures else f"{self.target}:{self.direction}"
+        return condition_id(self.target, self.direction) if self.exposures else "none"
 
     def exposures_for(self, node: str) -> tuple[Exposure, ...]:
         return tuple(e for e in self.exposures if node in e.targets)
 
 
 CLEAN = Condition(target="none", direction="none")
+
+
+def condition_id(target: str, direction: str) -> str:
+    """The id of the arm exposing `target` in `direction`, as recorded cells name it:
+    ``none`` for the clean arm, else ``<target>:<direction>``."""
+    return "none" if target == "none" else f"{target}:{direction}"
 
 
 def _target_sets(llm_nodes: Sequence[str], targets) -> list[tuple[str, ...]]:

@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping
 
+from biaslab.prompts.exposure import condition_id
 from biaslab.traces.store import STORE_FILE
 
 __all__ = ["ViewerQueries", "COORD_FILTERS", "JUDGE_HINTS"]
@@ -99,8 +100,7 @@ class ViewerQueries:
     @staticmethod
     def _cell_row(row: sqlite3.Row) -> dict[str, Any]:
         coords = json.loads(row["coords"])
-        condition = ("none" if coords.get("target") == "none"
-                     else f"{coords.get('target')}:{coords.get('direction')}")
+        condition = condition_id(str(coords.get("target")), str(coords.get("direction")))
         out = {"cell_id": row["cell_id"], "ord": row["ord"], "status": row["status"],
                "error": row["error"], "started": row["started"], "finished": row["finished"],
                "condition": condition, **coords}

@@ -35,6 +35,7 @@ from matplotlib.figure import Figure
 from biaslab.datasets.bbq import LESS_STUDIED, MORE_STUDIED, REGENERATED_LABEL, study_group
 from biaslab.evaluators.augmentation import (CONDITION_ORDER, bbq_metrics, decisive_rates,
                                              exposure_effects, pass_rates)
+from biaslab.prompts.exposure import condition_id
 
 __all__ = ["rows_frame", "scenarios_frame", "summary_frame", "write_report", "export_augmented",
            "table2", "table3", "dr_figure"]
@@ -45,26 +46,20 @@ _COLOURS = {"OCOQ": "#0072B2", "OCAQ": "#56B4E9", "ASOQ": "#D55E00", "ASAQ": "#E
 _HATCH = {"OCOQ": "", "OCAQ": "//", "ASOQ": "", "ASAQ": "//"}
 
 
-def _cells(store) -> pd.DataFrame:
-    cells = store.cells()
-    if cells.empty:
-        return cells
-    cells = cells[cells["status"] == "done"].copy()
-    cells["exposure"] = np.where(cells["target"] == "none", "none",
-                                 cells["target"] + ":" + cells["direction"])
-    return cells.set_index("cell_id")[["model", "seed", "exposure", "target", "direction"]]
-
-
 def _finalized(store):
-    cells = _cells(store)
-    for cell_id, _, _, value in store.iter_outputs(node="finalize"):
-        if cell_id in cells.index:
-            yield cells.loc[cell_id].to_dict(), value
+    """(coordinates, value) of each finished cell's ``finalize`` output. The arm is called
+    ``exposure`` here, since ``condition`` names OCOQ/OCAQ/ASOQ/ASAQ in this protocol."""
+    for coords, value in store.finished_outputs("finalize"):
+        yield {"model": coords["model"], "seed": coords["seed"],
+               "exposure": condition_id(coords["target"], coords["direction"]),
+               "target": coords["target"], "direction": coords["direction"]}, value
 
 
-def rows_frame(store) -> pd.DataFrame:
-    """One row per target response: coords, source fields, condition, dr, mc_choice."""
-    rows = [{**coords, **row} for coords, value in _finalized(store) for row in value["rows"]]
+def rows_frame(store, finalized: list | None = None) -> pd.DataFrame:
+    """One row per target response: coords, source fields, condition, dr, mc_choice.
+    `finalized`: `_finalized(store)` already read (the report decodes it once)."""
+    finalized = list(_finalized(store)) if finalized is None else finalized
+    rows = [{**coords, **row} for coords, value in finalized for row in value["rows"]]
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
@@ -73,10 +68,10 @@ def rows_frame(store) -> pd.DataFrame:
     return frame
 
 
-def scenarios_frame(store) -> pd.DataFrame:
+def scenarios_frame(store, finalized: list | None = None) -> pd.DataFrame:
     """One row per generated scenario, with its validator votes and ``passed``."""
     rows = []
-    for coords, value in _finalized(store):
+    for coords, value in list(_finalized(store)) if finalized is None else finalized:
         for aug in value["augmented"]:
             rows.append({**coords, "item": aug["source_id"], "category": aug["category"],
                          "data_origin": aug["data_origin"], "variant": aug["variant"],
@@ -85,8 +80,9 @@ def scenarios_frame(store) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def summary_frame(store) -> pd.DataFrame:
-    return pd.DataFrame([{**coords, **value["summary"]} for coords, value in _finalized(store)])
+def summary_frame(store, finalized: list | None = None) -> pd.DataFrame:
+    finalized = list(_finalized(store)) if finalized is None else finalized
+    return pd.DataFrame([{**coords, **value["summary"]} for coords, value in finalized])
 
 
 def _label(category: str, origins: set[str]) -> str:
@@ -192,10 +188,10 @@ def dr_figure(rates: pd.DataFrame, origins: dict[str, set]) -> Figure:
     return fig
 
 
-def export_augmented(store, path: Path) -> Path:
+def export_augmented(store, path: Path, finalized: list | None = None) -> Path:
     """Every generated scenario with its provenance, one JSON object per line."""
     with open(path, "w", encoding="utf-8") as fh:
-        for coords, value in _finalized(store):
+        for coords, value in list(_finalized(store)) if finalized is None else finalized:
             for aug in value["augmented"]:
                 fh.write(json.dumps({**aug, "model_axis": coords["model"]},
                                     ensure_ascii=False) + "\n")
@@ -207,8 +203,9 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
     tables, figures = run_dir / "tables", run_dir / "figures"
     tables.mkdir(parents=True, exist_ok=True)
     figures.mkdir(parents=True, exist_ok=True)
-    written = [export_augmented(store, run_dir / "augmented.jsonl")]
-    rows = rows_frame(store)
+    finalized = list(_finalized(store))  # each output carries every scenario: decode it once
+    written = [export_augmented(store, run_dir / "augmented.jsonl", finalized)]
+    rows = rows_frame(store, finalized)
     if rows.empty:
         return written
     n = options.n_resamples
@@ -247,7 +244,7 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
             for ext in ("png", "svg"):
                 fig.savefig(figures / f"dr_by_condition.{ext}", dpi=200)
                 written.append(figures / f"dr_by_condition.{ext}")
-    scenarios = scenarios_frame(store)
+    scenarios = scenarios_frame(store, finalized)
     if not scenarios.empty:
         sc = scenarios[scenarios["exposure"] == "none"]
         if not sc.empty:
@@ -257,7 +254,7 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
             table["pass% [CI]"] = [_ci(r["pass%"], r["pass_low"], r["pass_high"])
                                    for _, r in table.iterrows()]
             put("validator_pass", table.round(2))
-    summary = summary_frame(store)
+    summary = summary_frame(store, finalized)
     if not summary.empty:
         reph = summary.groupby(["exposure", "model"]).agg(
             n_sources=("item", "size"), rephrase_ok=("rephrase_ok", "sum"),

@@ -19,9 +19,11 @@ import numpy as np
 import pandas as pd
 
 from biaslab.evaluators.exposure_effects import paired_condition_effects
+from biaslab.prompts.exposure import condition_id
 from biaslab.traces.store import RunStore
 
-__all__ = ["write_generic_report", "calls_by_node", "outputs_table", "exposed_vs_clean"]
+__all__ = ["write_generic_report", "calls_by_node", "outputs_table", "exposed_vs_clean",
+           "with_condition"]
 
 _CELL_KEYS = ["variant", "item", "model", "seed"]
 _MAX_LABELS = 8  # a string field with at most this many short distinct values is a label
@@ -41,7 +43,7 @@ def calls_by_node(store: RunStore) -> pd.DataFrame:
                "parse_failure_rate"]
     if calls.empty or cells.empty:
         return pd.DataFrame(columns=columns)
-    cells = _with_condition(cells)[["cell_id", "variant", "condition", "model"]]
+    cells = with_condition(cells)[["cell_id", "variant", "condition", "model"]]
     frame = calls.merge(cells, on="cell_id")
     grouped = frame.groupby(["variant", "node", "condition", "model"], sort=True)
     out = grouped.agg(calls=("node", "size"), cache_hits=("cache_hit", "sum"),
@@ -53,10 +55,11 @@ def calls_by_node(store: RunStore) -> pd.DataFrame:
     return out[columns]
 
 
-def _with_condition(cells: pd.DataFrame) -> pd.DataFrame:
+def with_condition(cells: pd.DataFrame) -> pd.DataFrame:
+    """`RunStore.cells()` with each cell's arm id in a ``condition`` column."""
     cells = cells.copy()
-    cells["condition"] = np.where(cells["target"] == "none", "none",
-                                  cells["target"].astype(str) + ":" + cells["direction"].astype(str))
+    cells["condition"] = [condition_id(str(t), str(d))
+                          for t, d in zip(cells["target"], cells["direction"])]
     return cells
 
 
@@ -80,7 +83,7 @@ def outputs_table(store: RunStore) -> pd.DataFrame:
     cells = store.cells()
     if cells.empty:
         return pd.DataFrame()
-    cells = _with_condition(cells)
+    cells = with_condition(cells)
     done = cells[cells["status"] == "done"].set_index("cell_id")
     rows, visits = [], {}
     for cell_id, seq, node, value in store.iter_outputs():

@@ -33,6 +33,7 @@ from biaslab.evaluators import multiturn as mt
 from biaslab.evaluators.exposure_effects import paired_condition_effects
 from biaslab.experiments.reports.amplification import to_markdown
 from biaslab.graphs.multiturn import parse_variant
+from biaslab.prompts.exposure import condition_id
 
 __all__ = ["dialogues_frame", "turns_frame", "label_matrix", "write_report", "headline"]
 
@@ -40,10 +41,6 @@ __all__ = ["dialogues_frame", "turns_frame", "label_matrix", "write_report", "he
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
            "#000000"]
 BIASED, NOT_BIASED, NO_LABEL, BLOCKED = "#D55E00", "#56B4E9", "#DDDDDD", "#555555"
-
-
-def _condition(row) -> str:
-    return "none" if row["target"] == "none" else f"{row['target']}:{row['direction']}"
 
 
 def dialogues_frame(store) -> pd.DataFrame:
@@ -56,7 +53,7 @@ def dialogues_frame(store) -> pd.DataFrame:
         rows.append({"cell_id": cell_id, "variant": c["variant"], "mode": spec["mode"],
                      "framing": spec.get("framing", spec.get("task", spec["mode"])),
                      "cap": spec["cap"], "seed_id": c["item"], "model": c["model"],
-                     "seed": c["seed"], "condition": _condition(c), "category": d["category"],
+                     "seed": c["seed"], "condition": condition_id(c["target"], c["direction"]), "category": d["category"],
                      "group": d["group"], "ended": d["ended"], "n_turns": d["n_turns"],
                      "coherence_rating": d["coherence_rating"], "turns": d["turns"]})
     return pd.DataFrame(rows)
@@ -84,10 +81,6 @@ def label_matrix(dialogues: pd.DataFrame, key: str = "biased", width: int | None
 
 def _ran(dialogues: pd.DataFrame) -> np.ndarray:
     return dialogues["n_turns"].to_numpy(dtype=int)
-
-
-def _fmt(r: mt.Ratio) -> dict[str, Any]:
-    return {"value": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high}
 
 
 def _prefixed(prefix: str, r: mt.Ratio) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from matplotlib.figure import Figure
 from biaslab.errors import UserError
 from biaslab.evaluators import roleplay as rp
 from biaslab.evaluators.exposure_effects import paired_condition_effects
+from biaslab.experiments.reports.generic import with_condition
 from biaslab.prompts.registry import PromptRegistry
 
 __all__ = ["questions_frame", "bias_type_frame", "write_report", "write_generation_report",
@@ -48,18 +49,11 @@ PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F
 CLEAN = "none"
 
 
-def _condition(cells: pd.DataFrame) -> pd.Series:
-    return np.where(cells["target"] == CLEAN, CLEAN,
-                    cells["target"].astype(str) + ":" + cells["direction"].astype(str))
-
-
 def _cells(store) -> pd.DataFrame:
     cells = store.cells()
     if cells.empty:
         return cells
-    cells = cells[cells["status"] == "done"].copy()
-    cells["condition"] = _condition(cells)
-    return cells
+    return with_condition(cells[cells["status"] == "done"])
 
 
 def questions_frame(store) -> pd.DataFrame:
