@@ -21,7 +21,7 @@ from biaslab.agents.providers import ModelSpec, parse_model
 from biaslab.errors import UserError
 from biaslab.experiments.spec import ExperimentSpec
 from biaslab.graphs.llm_nodes import LLMNode
-from biaslab.graphs.registry import Protocol, get_protocol, load_plugin
+from biaslab.graphs.registry import Protocol, get_protocol, load_plugin, step_budget
 from biaslab.prompts.exposure import Condition, exposure_conditions
 from biaslab.prompts.registry import PromptRegistry
 
@@ -72,7 +72,8 @@ class Plan:
 
     def compile(self, variant: str):
         """The compiled graph of a variant (one per run; every cell of it shares it)."""
-        return self.protocol.build(variant, self.options).compile()
+        builder = self.protocol.build(variant, self.options)
+        return builder.compile().with_config(recursion_limit=step_budget(builder))
 
     def bindings(self, model: ModelSpec) -> Bindings:
         return Bindings(model=model, node_models=self.node_models, node_prompts=self.node_prompts)

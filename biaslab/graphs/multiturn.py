@@ -465,16 +465,6 @@ def finalize(state: MultiturnState) -> dict:
 
 
 # -- wiring ----------------------------------------------------------------------------------
-class DialogueGraph(StateGraph):
-    """A StateGraph whose compiled graph allows enough steps for its longest dialogue
-    (LangGraph stops at 25 steps by default; a 10-turn dialogue takes over 30)."""
-
-    recursion_limit = 25
-
-    def compile(self, *args, **kwargs):
-        return super().compile(*args, **kwargs).with_config(recursion_limit=self.recursion_limit)
-
-
 def build_dialogue(variant: str, options: MultiturnOptions | None = None) -> StateGraph:
     """The graph of one variant."""
     opts = options or MultiturnOptions()
@@ -482,8 +472,7 @@ def build_dialogue(variant: str, options: MultiturnOptions | None = None) -> Sta
     cap = spec["cap"]
     if spec["mode"] == "static" and opts.script_turns:
         cap = min(cap, opts.script_turns)
-    builder = DialogueGraph(MultiturnState, context_schema=CellContext)
-    builder.recursion_limit = 3 * cap + 10
+    builder = StateGraph(MultiturnState, context_schema=CellContext)
     if spec["mode"] == "dynamic":
         builder.add_node("user_simulator", user_simulator_node(spec["framing"]))
         first = "user_simulator"

@@ -23,11 +23,12 @@ from langgraph.graph import StateGraph
 from pydantic import BaseModel, ConfigDict
 
 from biaslab.errors import UserError
-from biaslab.graphs.llm_nodes import LLMNode, graph_llm_nodes, node_llm_nodes, turn_loops
+from biaslab.graphs.llm_nodes import (LLMNode, TurnLoop, graph_llm_nodes, node_llm_nodes,
+                                      turn_loops)
 from biaslab.graphs.report_sections import ReportSection
 
 __all__ = ["Protocol", "LLMNode", "ReportSection", "NoOptions", "protocol", "get_protocol",
-           "list_protocols", "load_plugin", "protocol_origin", "check_origin", "ENTRY_POINT_GROUP"]
+           "list_protocols", "load_plugin", "protocol_origin", "check_origin", "ENTRY_POINT_GROUP", "step_budget"]
 
 ENTRY_POINT_GROUP = "biaslab.protocols"
 
@@ -120,15 +121,15 @@ class Protocol:
 _PROMPT_TOKENS = 300  # a typical rendered prompt; estimates say they are estimates
 
 
-def _loop_multipliers(builder: StateGraph) -> dict[str, int]:
-    """Node name → visits per cell for nodes inside a turn loop (between first and last)."""
-    out: dict[str, int] = {}
+def _loop_reach(builder: StateGraph) -> list[tuple[TurnLoop, set[str]]]:
+    """Each turn loop with the nodes reachable from its first node before its last one."""
     successors: dict[str, set[str]] = {}
     for src, dst in builder.edges:
         successors.setdefault(src, set()).add(dst)
     for src, branches in builder.branches.items():
         for branch in branches.values():
             successors.setdefault(src, set()).update((branch.ends or {}).values())
+    out = []
     for loop in turn_loops(builder):
         reach, frontier = {loop.first}, [loop.first]
         while frontier:
@@ -139,10 +140,25 @@ def _loop_multipliers(builder: StateGraph) -> dict[str, int]:
                 if nxt not in reach:
                     reach.add(nxt)
                     frontier.append(nxt)
-        for name in reach & set(builder.nodes):
+        out.append((loop, reach & set(builder.nodes)))
+    return out
+
+
+def _loop_multipliers(builder: StateGraph) -> dict[str, int]:
+    """Node name → visits per cell for nodes inside a turn loop (between first and last)."""
+    out: dict[str, int] = {}
+    for loop, reach in _loop_reach(builder):
+        for name in reach:
             for node in node_llm_nodes(builder, name):
                 out[node.name] = max(out.get(node.name, 1), loop.max_turns)
     return out
+
+
+def step_budget(builder: StateGraph) -> int:
+    """LangGraph steps a cell of this graph may take: every node once, plus each turn loop's
+    nodes once per turn (LangGraph's default of 25 stops a 10-turn dialogue half way)."""
+    looped = sum(len(reach) * loop.max_turns for loop, reach in _loop_reach(builder))
+    return max(25, len(builder.nodes) + looped + 10)
 
 
 _PROTOCOLS: dict[str, type[Protocol]] = {}
