@@ -258,9 +258,11 @@ def load_category(category: str, data_dir: str | None = None, regen_seed: int = 
     return tuple(out)
 
 
+@lru_cache(maxsize=32)
 def load_records(category: str, data_dir: str | None = None, regen_seed: int = 0
                  ) -> dict[str, dict]:
-    """`load_category` keyed by item id (``<category>:<example_id>``)."""
+    """`load_category` keyed by item id (``<category>:<example_id>``); shared, do not mutate
+    (every cell looks its source example up here)."""
     return {example_key(category, r): r for r in load_category(category, data_dir, regen_seed)}
 
 

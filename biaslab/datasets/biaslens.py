@@ -17,8 +17,6 @@ The no-role condition is `strip_role`, a pure function that reproduces the publi
 
 from __future__ import annotations
 
-import gzip
-import io
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -28,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from biaslab.datasets.user_files import read_user_csv
 from biaslab.errors import UserError
 
 __all__ = ["ATTRIBUTES", "QUESTION_TYPES", "TYPE_LABELS", "Option", "load_roles",
@@ -119,13 +118,7 @@ def choice_options(question: str) -> list[Option]:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
-    try:
-        raw = path.read_bytes()
-        if path.suffix == ".gz":
-            raw = gzip.decompress(raw)
-        frame = pd.read_csv(io.BytesIO(raw), dtype=str, keep_default_na=False)
-    except (OSError, ValueError, EOFError, pd.errors.ParserError) as exc:
-        raise UserError(f"cannot read question file {path}: {exc}") from None
+    frame = read_user_csv(path, "question file")  # pandas reads .gz by its suffix
     if list(frame.columns) != _COLUMNS:
         raise UserError(f"question file {path} must have columns {','.join(_COLUMNS)}, "
                         f"got {','.join(map(str, frame.columns))}")

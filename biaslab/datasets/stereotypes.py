@@ -86,7 +86,7 @@ def load_seeds(path: str | Path | None = None) -> pd.DataFrame:
     if path is None:
         source = resources.files("biaslab.datasets") / "files" / "crows_pairs" / "seeds.csv"
         with resources.as_file(source) as p:
-            return _check_seeds(pd.read_csv(p, dtype=str, keep_default_na=False), str(p))
+            return _check_seeds(read_user_csv(p, "seed file"), str(p))
     return _check_seeds(read_user_csv(path, "seed file"), str(path))
 
 

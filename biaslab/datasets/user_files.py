@@ -17,6 +17,6 @@ def read_user_csv(path: str | Path, what: str) -> pd.DataFrame:
         return pd.read_csv(path, dtype=str, keep_default_na=False)
     except FileNotFoundError:
         raise UserError(f"{what} not found: {path}") from None
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError,
-            pd.errors.EmptyDataError) as exc:
+    except (OSError, EOFError, UnicodeDecodeError, pd.errors.ParserError,
+            pd.errors.EmptyDataError) as exc:  # EOFError: a truncated .gz
         raise UserError(f"cannot read {what} {path}: {exc}") from None

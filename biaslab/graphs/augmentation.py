@@ -577,8 +577,8 @@ class Augmentation(Protocol):
 
         return [
             S("Table 2: DR% and AR% per target", ("tables/table2.csv",),
-              how_to_read="Per target model, the judge's disagreement rate (DR%, bias) and "
-              "abstention rate (AR%) in each condition (original/augmented context x question), "
+              how_to_read="Per target model, the decisive-response rate (DR%: a specific "
+              "person or group named) and abstaining-response rate (AR%) in each condition (original/augmented context x question), "
               "with 95% bootstrap CIs over source examples."),
             S("Table 3 and the long table", ("tables/table3.csv", "tables/dr_rates.csv"),
               ("figures/dr_by_condition.png",),

@@ -378,7 +378,7 @@ class Roleplay(Protocol):
     """Biased answers of role-playing LLMs on the BiasLens bank, with and without the role."""
 
     name = "roleplay"
-    exposure_template = "roleplay/exposure"
+    exposure_template = EXPOSURE_TEMPLATE
     Options = RoleplayOptions
     directions = DIRECTIONS
 

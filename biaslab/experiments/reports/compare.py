@@ -23,7 +23,7 @@ _COORDS = ["variant", "item", "target", "direction", "model", "seed"]
 
 
 def _call_counts(store) -> pd.DataFrame:
-    calls = store.calls()
+    calls = store.calls_frame()  # flat columns only: no CallRecord per row
     cells = store.cells()
     if calls.empty or cells.empty:
         return pd.DataFrame(columns=[*_COORDS, "node", "calls", "model_calls",
