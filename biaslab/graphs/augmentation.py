@@ -575,27 +575,32 @@ class Augmentation(Protocol):
         """The report.html sections of the files `report` writes (see README, augmentation)."""
         from biaslab.graphs.report_sections import ReportSection as S
 
+        # Here "condition" is OCOQ/OCAQ/ASOQ/ASAQ, not an arm; "exposure" is the arm.
+        link = {"condition": None, "exposure": "condition"}
         return [
             S("Table 2: DR% and AR% per target", ("tables/table2.csv",),
               how_to_read="Per target model, the decisive-response rate (DR%: a specific "
-              "person or group named) and abstaining-response rate (AR%) in each condition (original/augmented context x question), "
-              "with 95% bootstrap CIs over source examples."),
+              "person or group named) and abstaining-response rate (AR%) in each condition "
+              "(original/augmented context x question), with 95% bootstrap CIs over source "
+              "examples.", link_columns=link),
             S("Table 3 and the long table", ("tables/table3.csv", "tables/dr_rates.csv"),
               ("figures/dr_by_condition.png",),
               how_to_read="DR% per category and condition over all targets; dr_rates is the long "
-              "model x condition x category table with CIs."),
+              "model x condition x category table with CIs.", link_columns=link),
             S("Validators", ("tables/validator_pass.csv",),
               how_to_read="Share of scenarios the unanimous three-validator filter kept, with "
-              "each validator's 'not answerable' rate (the paper kept 64.45%)."),
+              "each validator's 'not answerable' rate (the paper kept 64.45%).",
+              link_columns=link),
             S("BBQ multiple choice", ("tables/bbq_mc.csv",),
               how_to_read="Accuracy and s_AMB = (1 - accuracy) x s_DIS: 0 = no bias, +1 = always "
-              "the stereotype-consistent answer, -1 = always the other; needs no judge."),
+              "the stereotype-consistent answer, -1 = always the other; needs no judge.",
+              link_columns=link),
             S("Exposure effects", ("tables/exposure_effects.csv",),
               how_to_read="DR% of each exposed node x direction minus clean, paired over the same "
-              "source examples, with a 95% CI (pp = percentage points)."),
+              "source examples, with a 95% CI (pp = percentage points).", link_columns=link),
             S("Generation", ("tables/rephrase.csv",),
               how_to_read="How many abstractions, rephrasings and scenarios succeeded and how "
-              "many scenarios passed validation."),
+              "many scenarios passed validation.", link_columns=link),
         ]
 
     def headline(self, run_dir: Path):

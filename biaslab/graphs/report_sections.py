@@ -31,7 +31,8 @@ class ReportSection:
         how_to_read: one or two sentences on what a row means and which way is "more biased".
         link_columns: table column → viewer filter (one of `VIEWER_FILTERS`) for the per-row
             "cells" link, for columns whose name is not already a filter (e.g.
-            ``{"pipeline": "variant"}``); columns named like a filter link by themselves.
+            ``{"pipeline": "variant"}``); columns named like a filter link by themselves, unless
+            mapped to None (a column that only shares a filter's name).
         max_rows: rows shown before the table is cut (the CSV next to the report has them all).
     """
 
@@ -39,5 +40,5 @@ class ReportSection:
     tables: tuple[str, ...] = ()
     figures: tuple[str, ...] = ()
     how_to_read: str = ""
-    link_columns: Mapping[str, str] = field(default_factory=dict)
+    link_columns: Mapping[str, str | None] = field(default_factory=dict)
     max_rows: int = 200

@@ -134,7 +134,11 @@ def _table_html(run_dir: Path, path: Path, section: ReportSection) -> str:
     total = _count_rows(path)
     shown, folded = fold_cis(frame)
     links = {c: c for c in shown.columns if c in VIEWER_FILTERS}
-    links.update({k: v for k, v in section.link_columns.items() if k in shown.columns})
+    for column, dest in section.link_columns.items():
+        if dest is None:
+            links.pop(column, None)
+        elif column in shown.columns:
+            links[column] = dest
     head = "".join(f'<th{" class=ci" if c in folded else ""}>{html.escape(str(c))}</th>'
                    for c in shown.columns)
     if links:
