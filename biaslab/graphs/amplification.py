@@ -87,6 +87,24 @@ def _record_lines(dataset: str, seed: int, max_test: int | None, data_dir: str |
 
 
 @lru_cache(maxsize=16)
+def _batch_tables(dataset: str, seed: int, max_test: int | None, data_dir: str | None,
+                  size: int) -> tuple[str, ...]:
+    """The prediction prompts' record tables, one per batch, rendered once per split."""
+    split = student.cached_split(dataset, seed, max_test, data_dir)
+    return tuple(student.records_table(split.test.iloc[start:start + size], split.feature_columns)
+                 for start in range(0, len(split.test), size))
+
+
+def _ml_probabilities(dataset: str, seed: int, max_test: int | None, data_dir: str | None
+                      ) -> tuple[float, ...]:
+    """The ML predictor's P(fail) per test record; its accuracy and AUC are reported once per
+    dataset and seed (ml_anchor.csv)."""
+    predictor = student.cached_ml_predictor(dataset, seed, max_test, data_dir)
+    split = student.cached_split(dataset, seed, max_test, data_dir)
+    return tuple(float(p) for p in predictor.predict_proba(split.test))
+
+
+@lru_cache(maxsize=16)
 def _statistics(dataset: str, seed: int, max_test: int | None, data_dir: str | None) -> str:
     split = student.cached_split(dataset, seed, max_test, data_dir)
     return student.summary_text(student.training_summary(split))
@@ -137,32 +155,31 @@ async def predict_batches(state: AmplificationState, ctx: CellContext, prompt: s
     opts: AmplificationOptions = ctx.options
     split = split_for(ctx)
     size = opts.batch_size
+    tables = _batch_tables(*_key(ctx), size)
 
     async def one_batch(start: int) -> list[float | None]:
-        batch = split.test.iloc[start:start + size]
-        slots = {"records": student.records_table(batch, split.feature_columns),
-                 "n": len(batch), "explanation": state.get("explanation")}
+        n = min(size, len(split.test) - start)
+        slots = {"records": tables[start // size], "n": n,
+                 "explanation": state.get("explanation")}
         answer = await ask(ctx, "prediction", slots, prompt=prompt,
-                           parser=probability_list(len(batch)),
-                           constraint=probability_list_grammar(len(batch)),
-                           item=f"batch-{start // size}", max_tokens=12 + 6 * len(batch))
+                           parser=probability_list(n), constraint=probability_list_grammar(n),
+                           item=f"batch-{start // size}", max_tokens=12 + 6 * n)
         if answer.error:  # transport failure after retries: the cell fails and --resume retries it
             raise CallFailed(f"prediction batch {start // size}: {answer.error}")
-        return list(answer.value) if answer.ok else [None] * len(batch)  # parse failure
+        return list(answer.value) if answer.ok else [None] * n  # parse failure
 
     batches = await asyncio.gather(*(one_batch(s) for s in range(0, len(split.test), size)))
     return {"p_llm": [p for batch in batches for p in batch]}
 
 
 async def ml(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
-    ctx = runtime.context
-    key = _key(ctx)
+    key = _key(runtime.context)
+    if key not in _P_ML:  # the first cell of a split fits the model, off the event loop
+        _P_ML[key] = await asyncio.to_thread(_ml_probabilities, *key)
+    return {"p_ml": list(_P_ML[key])}
 
-    def work():  # its accuracy and AUC are reported once per dataset and seed (ml_anchor.csv)
-        predictor = student.cached_ml_predictor(*key)
-        return [float(p) for p in predictor.predict_proba(student.cached_split(*key).test)]
 
-    return {"p_ml": await asyncio.to_thread(work)}
+_P_ML: dict[tuple, tuple[float, ...]] = {}
 
 
 def _disagreements(state: AmplificationState) -> list[int]:
