@@ -38,6 +38,8 @@ def cmd_run(args) -> int:
         spec = load_spec(args.spec, scale=args.scale)
         plan = make_plan(spec, models=[args.model] if args.model else None)
         out = Path(args.out) if args.out else _default_out(spec.name, spec.scale_applied)
+    if args.lanes:  # recorded with the spec, so shard workers and resumes use it too
+        plan.spec.run.lanes = args.lanes
     resume_hint = f"biaslab run --resume {out}"
     print(f"biaslab: {plan.n_cells()} cells → {out}", file=sys.stderr)
     try:
@@ -379,6 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="run directory (default runs/<name>-<scale>)")
     r.add_argument("--resume", action="store_true", help="continue a run; done cells are kept")
     r.add_argument("--concurrency", type=int, help="maximum model calls in flight")
+    r.add_argument("--lanes", type=int, help="cells per LangGraph invocation (default: "
+                                             "concurrency / 4, 1 to 16; results do not change)")
     r.add_argument("--no-cache", action="store_true", help="do not use the cross-run cache")
     r.add_argument("--no-report", action="store_true", help="skip tables and figures")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -477,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if getattr(args, "concurrency", None) is not None and args.concurrency < 1:
             raise UserError(f"--concurrency must be at least 1, got {args.concurrency}")
+        if getattr(args, "lanes", None) is not None and not 1 <= args.lanes <= 64:
+            raise UserError(f"--lanes must be between 1 and 64, got {args.lanes}")
         if getattr(args, "workers", None) is not None and args.workers < 1:
             raise UserError(f"--workers must be at least 1, got {args.workers}")
         code = args.func(args)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+
+import pandas as pd
 
 from biaslab.experiments.plan import make_plan
 from biaslab.experiments.runner import run_plan
 from biaslab.experiments.spec import spec_from_dict
+from biaslab.traces.store import RunStore
 
 
 def amplification_spec(**overrides) -> dict:
@@ -28,3 +32,50 @@ def run_spec(spec: dict, run_dir, **kwargs):
     """Plan and run a spec dict; returns the RunResult."""
     plan = make_plan(spec_from_dict(spec))
     return asyncio.run(run_plan(plan, run_dir, progress=False, **kwargs))
+
+
+def _calls(store: RunStore) -> pd.DataFrame:
+    """What each call asked and got; not which call was a cache hit, nor timings."""
+    frame = store.calls()[["cell_id", "node", "item", "sample", "attempt", "messages", "raw",
+                           "parsed", "parse_error", "error", "exposed", "prompt_hash"]]
+    return frame.map(repr).sort_values(["cell_id", "node", "item", "sample", "attempt"]
+                                       ).reset_index(drop=True)
+
+
+# Which of two identical calls paid and which was a cache hit depends on where each cell ran
+# (the same in a single process depends on scheduling); the call counts themselves do not.
+_HIT_SPLIT = ("model_calls", "cache_hits")
+
+
+def _tables(run_dir: Path) -> dict[str, bytes]:
+    tables = {}
+    for path in sorted((run_dir / "tables").rglob("*.csv")):
+        data = path.read_bytes()
+        frame = pd.read_csv(path) if data.strip() else pd.DataFrame()
+        if set(_HIT_SPLIT) <= set(frame.columns):
+            frame["model_calls"] += frame.pop("cache_hits")
+            data = frame.to_csv(index=False).encode()
+        tables[path.relative_to(run_dir).as_posix()] = data
+    return tables
+
+
+def assert_same_run(run_dir: Path, reference: Path, *, all_done: bool = True,
+                    reported: bool = True) -> None:
+    """Two runs of one experiment hold the same cells, outputs, calls and tables."""
+    a, b = RunStore(run_dir, readonly=True), RunStore(reference, readonly=True)
+    try:
+        assert a.meta()["fingerprint"] == b.meta()["fingerprint"]
+        assert "shard" not in a.meta()
+        cols = ["cell_id", "ord", "status", "error", "variant", "item", "target", "direction",
+                "model", "seed"]
+        pd.testing.assert_frame_equal(a.cells()[cols], b.cells()[cols])
+        if all_done:
+            assert set(a.cells()["status"]) == {"done"}
+        assert a.raw_outputs() == b.raw_outputs() and len(b.raw_outputs()) > 0
+        pd.testing.assert_frame_equal(_calls(a), _calls(b))
+        assert len(a.cache) == len(b.cache)
+    finally:
+        a.close()
+        b.close()
+    tables = _tables(reference)
+    assert _tables(run_dir) == tables and (tables or not reported)

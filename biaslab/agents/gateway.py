@@ -384,9 +384,10 @@ class Gateway:
             cache.put(key, response, model or {})
 
     @contextlib.contextmanager
-    def scope(self) -> Iterator[CallScope]:
-        """Track the calls made inside this block, and in tasks started from it (a cell)."""
-        scope = CallScope()
+    def scope(self, scope: CallScope | None = None) -> Iterator[CallScope]:
+        """Track the calls made inside this block, and in tasks started from it (a cell), in
+        `scope` (a cell's nodes run in several blocks when cells share a graph run) or a new one."""
+        scope = scope if scope is not None else CallScope()
         token = _SCOPE.set(scope)
         try:
             yield scope

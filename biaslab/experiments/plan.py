@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from langgraph.graph import StateGraph
 from pydantic import BaseModel
 
 from biaslab.agents.context import Bindings, CellContext
@@ -70,9 +71,9 @@ class Plan:
         """The spec's exposure template, else the protocol's default."""
         return self.spec.conditions.template or self.protocol.exposure_template
 
-    def compile(self, variant: str):
+    def compile(self, variant: str, builder: StateGraph | None = None):
         """The compiled graph of a variant (one per run; every cell of it shares it)."""
-        builder = self.protocol.build(variant, self.options)
+        builder = builder or self.protocol.build(variant, self.options)
         return builder.compile().with_config(recursion_limit=step_budget(builder))
 
     def bindings(self, model: ModelSpec) -> Bindings:

@@ -1,5 +1,8 @@
 """The grid runner: cells from a bounded queue, run concurrently, streamed to the store.
 
+Cells of one variant go through LangGraph in batches of a few (`biaslab.graphs.lanes`), each
+cell in its own lane, so the per-invocation cost is paid once per batch.
+
 Memory stays flat however large the grid: cells are generated lazily, at most a few are queued,
 and a finished cell's records go to SQLite and are dropped. Resume works per cell from the
 store; Ctrl-C stops cleanly, keeping every finished cell and every paid-for response.
@@ -14,22 +17,25 @@ import sqlite3
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import tomli_w
 
-from biaslab.agents.gateway import Gateway, ReplayMode, RetryPolicy, RunCounters
+from biaslab.agents.gateway import CallScope, Gateway, ReplayMode, RetryPolicy, RunCounters
 from biaslab.agents.providers import strip_credentials
 from biaslab.errors import ReplayMiss, UserError
 from biaslab.experiments.plan import Cell, Plan
-from biaslab.graphs.registry import protocol_origin
+from biaslab.graphs.lanes import SEP as LANE_SEP
+from biaslab.graphs.lanes import Lane, Lanes, lane_updates, pack, packing_obstacle
+from biaslab.graphs.registry import protocol_origin, step_budget
 from biaslab.traces.cache import CallCache, shared_cache_path
 from biaslab.traces.records import SCHEMA_VERSION
 from biaslab.traces.store import STORE_FILE, RunStore
 
 __all__ = ["run_plan", "RunResult", "shared_cache_path", "write_resolved_spec", "open_store",
-           "run_in_progress"]
+           "run_in_progress", "default_lanes"]
 
 
 _COMMIT_EVERY_S = 0.2
@@ -288,11 +294,77 @@ async def _run_cell(plan: Plan, cell: Cell, graph, gateway: Gateway, store: RunS
     return True
 
 
+class _Batches:
+    """Graphs compiled once per run: each variant's own, and its packed form per lane count."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.builders = {v: plan.protocol.build(v, plan.options)
+                         for v in plan.protocol.variants(plan.options)}
+        self.single = {v: plan.compile(v, b) for v, b in self.builders.items()}
+        self.packable = {v: packing_obstacle(b) is None for v, b in self.builders.items()}
+        self._packed: dict[tuple[str, int], Any] = {}
+
+    def packed(self, variant: str, k: int):
+        key = (variant, k)
+        if key not in self._packed:
+            builder = self.builders[variant]
+            self._packed[key] = pack(builder, k).compile().with_config(
+                recursion_limit=step_budget(builder))
+        return self._packed[key]
+
+
+async def _run_batch(plan: Plan, cells: list[Cell], graphs: _Batches, gateway: Gateway,
+                     store: RunStore) -> list[bool]:
+    """Cells of one variant in one packed graph run; each finishes (or fails) on its own."""
+    variant = cells[0].variant
+    if len(cells) == 1 or not graphs.packable[variant]:
+        return [await _run_cell(plan, cell, graphs.single[variant], gateway, store)
+                for cell in cells]
+    contexts = [plan.context(cell, gateway) for cell in cells]
+    scopes = [CallScope() for _ in cells]
+    lanes = Lanes([Lane(ctx, partial(gateway.scope, scope), scope.settle, (ReplayMiss,))
+                   for ctx, scope in zip(contexts, scopes)])
+    state: dict[str, Any] = {}
+    for j, cell in enumerate(cells):
+        store.start_cell(cell.id, cell.ord, cell.coords)
+        initial = plan.protocol.initial_state(cell.variant, cell.item, cell.seed, plan.options)
+        state.update({f"{key}{LANE_SEP}{j}": value for key, value in initial.items()})
+    outputs: list[list[tuple[str, object]]] = [[] for _ in cells]
+    errors: list[str | None] = [None] * len(cells)
+    try:
+        async for chunk in graphs.packed(variant, len(cells)).astream(
+                state, context=lanes, stream_mode="updates"):
+            for j, node, update in lane_updates(chunk):
+                if errors[j] is not None:
+                    continue
+                if node is None:
+                    errors[j] = update
+                else:
+                    outputs[j].append((node, update))
+    except (ReplayMiss, asyncio.CancelledError):
+        raise
+    except Exception:  # not one lane's failure: each cell runs alone (its answers are cached)
+        for scope in scopes:
+            await scope.settle()
+        return [await _run_cell(plan, cell, graphs.single[variant], gateway, store)
+                for cell in cells]
+    for cell, ctx, out, error in zip(cells, contexts, outputs, errors):
+        store.finish_cell(cell.id, ctx.calls, out, error=error)
+    return [error is None for error in errors]
+
+
+def default_lanes(concurrency: int) -> int:
+    """Cells per graph run when the spec does not say: enough to amortise LangGraph's set-up,
+    few enough that lanes rarely wait on each other."""
+    return max(1, min(16, concurrency // 4))
+
+
 async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
                    concurrency: int | None = None, mode: ReplayMode = "live",
                    replay_from: Sequence[RunStore] = (), use_shared_cache: bool = True,
-                   progress: bool = True, only: Callable[[Cell], bool] | None = None
-                   ) -> RunResult:
+                   progress: bool = True, only: Callable[[Cell], bool] | None = None,
+                   lanes: int | None = None) -> RunResult:
     """Run every cell of `plan` into `run_dir`.
 
     Args:
@@ -301,6 +373,7 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
         replay_from: stores of earlier runs whose responses are used before any model.
         use_shared_cache: also use the cross-run cache (`shared_cache_path`).
         only: run just the cells it accepts (strict replay skips cells that failed).
+        lanes: cells per graph run (default: the spec's ``run.lanes``, else `default_lanes`).
     """
     run_dir = Path(run_dir)
     fingerprint = plan.fingerprint()
@@ -340,15 +413,19 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
                       retry=RetryPolicy(max_attempts=plan.spec.run.max_attempts,
                                         base_s=plan.spec.run.retry_base_s),
                       on_store=store.put_cache)
-    graphs = {v: plan.compile(v) for v in plan.protocol.variants(plan.options)}
+    graphs = _Batches(plan)
     store.batch_s = _COMMIT_EVERY_S
     result = RunResult(run_dir, plan.n_cells(), counters=gateway.counters)
     bar = _Progress(result.cells_total, gateway.counters, progress)
-    workers_n = gateway.concurrency
+    k = lanes or plan.spec.run.lanes or default_lanes(gateway.concurrency)
+    # Lanes of a batch wait for each other at every step: twice the cells the concurrency
+    # needs keep the gateway's slots full (calls beyond it queue there, cheaply).
+    workers_n = gateway.concurrency if k == 1 else -(-2 * gateway.concurrency // k)
     queue: asyncio.Queue = asyncio.Queue(maxsize=2 * workers_n)
     started = time.monotonic()
 
     async def produce():
+        batch: list[Cell] = []
         for cell in plan.cells():
             if only is not None and not only(cell):
                 result.cells_skipped += 1
@@ -358,16 +435,21 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
                 result.cells_skipped += 1
                 bar.advance()
                 continue
-            await queue.put(cell)
+            if batch and (len(batch) == k or batch[0].variant != cell.variant):
+                await queue.put(batch)
+                batch = []
+            batch.append(cell)
+        if batch:
+            await queue.put(batch)
         for _ in range(workers_n):
             await queue.put(None)
 
     async def work():
-        while (cell := await queue.get()) is not None:
-            ok = await _run_cell(plan, cell, graphs[cell.variant], gateway, store)
-            result.cells_run += 1
-            result.cells_failed += not ok
-            bar.advance()
+        while (batch := await queue.get()) is not None:
+            for ok in await _run_batch(plan, batch, graphs, gateway, store):
+                result.cells_run += 1
+                result.cells_failed += not ok
+                bar.advance()
 
     async def flush():  # finished cells wait at most _COMMIT_EVERY_S for their commit
         while True:

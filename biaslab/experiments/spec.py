@@ -47,6 +47,10 @@ class RunSettings(_Strict):
     """Transport attempts per call for transient errors (timeouts, 429, 5xx)."""
     retry_base_s: float = Field(default=0.5, ge=0)
     """First backoff step; doubles per attempt, with full jitter."""
+    lanes: int | None = Field(default=None, ge=1, le=64)
+    """Cells run side by side in one LangGraph invocation (`biaslab.graphs.lanes`); default:
+    concurrency / 4, between 1 and 16. 1 runs every cell in its own invocation. Results do
+    not depend on it."""
 
 
 class ConditionSettings(_Strict):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import tomli_w
 
@@ -12,7 +11,7 @@ from biaslab.cli import main
 from biaslab.experiments.shards import in_shard, parse_shard
 from biaslab.errors import UserError
 from biaslab.traces.store import RunStore
-from support_runs import amplification_spec
+from support_runs import amplification_spec, assert_same_run
 
 # E0 + E1 + E2 on math: cells with one, two and many calls, in-run cache hits, exposures.
 SPEC = amplification_spec(options={"datasets": ["math"], "pipelines": ["E0", "E1", "E2"],
@@ -46,50 +45,6 @@ def whole(spec_file, tmp_path_factory) -> Path:
         else:
             os.environ["BIASLAB_CACHE"] = old
     return out
-
-
-def _calls(store: RunStore) -> pd.DataFrame:
-    """What each call asked and got; not which call was a cache hit, nor timings."""
-    frame = store.calls()[["cell_id", "node", "item", "sample", "attempt", "messages", "raw",
-                           "parsed", "parse_error", "error", "exposed", "prompt_hash"]]
-    return frame.map(repr).sort_values(["cell_id", "node", "item", "sample", "attempt"]
-                                       ).reset_index(drop=True)
-
-
-# Which of two identical calls paid and which was a cache hit depends on where each cell ran
-# (the same in a single process depends on scheduling); the call counts themselves do not.
-_HIT_SPLIT = ("model_calls", "cache_hits")
-
-
-def _tables(run_dir: Path) -> dict[str, bytes]:
-    tables = {}
-    for path in sorted((run_dir / "tables").rglob("*.csv")):
-        data = path.read_bytes()
-        frame = pd.read_csv(path)
-        if set(_HIT_SPLIT) <= set(frame.columns):
-            frame["model_calls"] += frame.pop("cache_hits")
-            data = frame.to_csv(index=False).encode()
-        tables[path.relative_to(run_dir).as_posix()] = data
-    return tables
-
-
-def assert_same_run(run_dir: Path, reference: Path) -> None:
-    a, b = RunStore(run_dir, readonly=True), RunStore(reference, readonly=True)
-    try:
-        assert a.meta()["fingerprint"] == b.meta()["fingerprint"]
-        assert "shard" not in a.meta()
-        cols = ["cell_id", "ord", "status", "error", "variant", "item", "target", "direction",
-                "model", "seed"]
-        pd.testing.assert_frame_equal(a.cells()[cols], b.cells()[cols])
-        assert set(a.cells()["status"]) == {"done"}
-        assert a.raw_outputs() == b.raw_outputs() and len(b.raw_outputs()) > 0
-        pd.testing.assert_frame_equal(_calls(a), _calls(b))
-        assert len(a.cache) == len(b.cache)
-    finally:
-        a.close()
-        b.close()
-    tables = _tables(reference)
-    assert tables and _tables(run_dir) == tables
 
 
 def test_shard_argument_and_slices():
