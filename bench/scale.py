@@ -3,9 +3,12 @@
 Measures, each in a fresh subprocess (so memory is per measurement and the biaslab under test
 can be another checkout: ``--before DIR`` puts DIR first on PYTHONPATH for a "before" column):
 
-  1. CPU per model call: scripted model at zero latency, one-call cells and the E2 graph.
+  1. CPU per model call: scripted model at zero latency, one-call cells and the E2 graph, with
+     the default lanes and with ``lanes = 1`` (one cell per LangGraph run); median of 5.
   2. Achieved / ideal throughput at 50 ms latency, concurrency 16 / 64 / 128, one process,
-     against a plain asyncio loop.
+     against a plain asyncio loop; and, with latencies drawn from an exponential distribution
+     (mean 50 ms), default lanes against ``lanes = 1`` at C = 64 (lanes wait for each other
+     at every step, so spread-out latencies are where packing could lose).
   3. Over real HTTP (bench/http_server.py on 127.0.0.1, 50 ms): a bare ``openai.AsyncOpenAI``
      loop against biaslab through the ``openai-compatible`` provider at C = 64; and
      ``--workers 2`` against one process.
@@ -45,11 +48,32 @@ def _setup():
     import benchlib  # noqa: F401  (BIASLAB_CACHE=off, registers bench models)
     import flat_protocol
     from biaslab.agents.providers.scripted import ScriptedChatModel, register_scripted
+    from biaslab.graphs import amplification_synthetic
+
+    class Jittery(ScriptedChatModel):
+        """Latency drawn from an exponential distribution (mean `latency_s`), seeded."""
+
+        async def acomplete(self, messages, kwargs):
+            await asyncio.sleep(_RNG.expovariate(1 / self.latency_s))
+            return self._text(messages, kwargs)
 
     register_scripted("bench-echo-slow",
                       lambda: ScriptedChatModel(name_="bench-echo-slow", default="ok",
                                                 latency_s=LATENCY_S))
+    register_scripted("bench-echo-jitter",
+                      lambda: Jittery(name_="bench-echo-jitter", default="ok",
+                                      latency_s=LATENCY_S))
+
+    def jittery_amplification():
+        agent = amplification_synthetic.make_agent()
+        return Jittery(name_="bench-amplification-jitter", rules=agent.rules,
+                       default=agent.default, latency_s=LATENCY_S)
+
+    register_scripted("bench-amplification-jitter", jittery_amplification)
     return flat_protocol
+
+
+_RNG = __import__("random").Random(7)
 
 
 def _flat_plan(n_cells: int, model: str = "scripted:bench-echo", aliases: dict | None = None):
@@ -69,21 +93,21 @@ def _flat_plan(n_cells: int, model: str = "scripted:bench-echo", aliases: dict |
     return make_plan(spec_from_dict(data, where="bench"))
 
 
-def _e2_plan():
+def _e2_plan(model: str = "scripted:amplification-synthetic", seeds: int = 16):
     _setup()
     from biaslab.experiments.plan import make_plan
     from biaslab.experiments.spec import spec_from_dict
 
     return make_plan(spec_from_dict({
         "name": "bench-e2", "protocol": "amplification",
-        "models": ["scripted:amplification-synthetic"],
-        "run": {"seeds": [1, 2, 3, 4]},
+        "models": [model],
+        "run": {"seeds": list(range(1, seeds + 1))},
         "conditions": {"directions": ["pro_female", "pro_male"]},
         "options": {"datasets": ["math"], "pipelines": ["E2"], "max_test": 20,
                     "n_resamples": 200}}, where="bench"))
 
 
-def _run(plan, concurrency: int, workers: int = 1):
+def _run(plan, concurrency: int, workers: int = 1, lanes: int | None = None):
     from biaslab.experiments.runner import run_plan
 
     run_dir = Path(tempfile.mkdtemp(prefix="biaslab-scale-")) / "run"
@@ -94,8 +118,9 @@ def _run(plan, concurrency: int, workers: int = 1):
             result = run_sharded(plan, run_dir, workers=workers, concurrency=concurrency,
                                  use_shared_cache=False)
         else:
+            extra = {"lanes": lanes} if lanes else {}  # (a "before" tree has no lanes)
             result = asyncio.run(run_plan(plan, run_dir, concurrency=concurrency,
-                                          use_shared_cache=False, progress=False))
+                                          use_shared_cache=False, progress=False, **extra))
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
         if result.cells_failed or result.interrupted:
             raise RuntimeError(result.summary())
@@ -105,11 +130,25 @@ def _run(plan, concurrency: int, workers: int = 1):
         shutil.rmtree(run_dir.parent, ignore_errors=True)
 
 
-def m_cpu(kind: str, n: int) -> dict:
+def m_cpu(kind: str, n: int, lanes: int = 0) -> dict:
     plan = _flat_plan(n) if kind == "flat" else _e2_plan()
-    _run(_flat_plan(200) if kind == "flat" else plan, 16)  # warm: imports, prompts, graphs
-    out = _run(plan, 16)
-    out["cpu_ms_per_call"] = out["cpu_s"] / out["calls"] * 1e3
+    _run(_flat_plan(200) if kind == "flat" else plan, 16, lanes=lanes)  # warm: imports, data
+    runs = [_run(plan, 16, lanes=lanes) for _ in range(5)]
+    per_call = sorted(r["cpu_s"] / r["calls"] * 1e3 for r in runs)
+    out = runs[0]
+    out["cpu_ms_per_call"] = per_call[2]
+    out["cpu_ms_range"] = [per_call[0], per_call[-1]]
+    return out
+
+
+def m_jitter(kind: str, lanes: int) -> dict:
+    """Wall time at C = 64 with exponentially distributed latencies."""
+    plan = (_flat_plan(4000, "scripted:bench-echo-jitter") if kind == "flat"
+            else _e2_plan("scripted:bench-amplification-jitter", seeds=24))
+    _run(plan if kind == "e2" else _flat_plan(100, "scripted:bench-echo-jitter"), 64,
+         lanes=lanes)
+    out = _run(plan, 64, lanes=lanes)
+    out["per_s"] = out["calls"] / out["wall_s"]
     return out
 
 
@@ -238,7 +277,7 @@ def m_store(n_calls: int) -> dict:
         shutil.rmtree(root, ignore_errors=True)
 
 
-MEASURES = {"cpu": m_cpu, "conc": m_conc, "http-bare": m_http_bare,
+MEASURES = {"cpu": m_cpu, "jitter": m_jitter, "conc": m_conc, "http-bare": m_http_bare,
             "http-biaslab": m_http_biaslab, "rss": m_rss, "store": m_store}
 
 
@@ -307,12 +346,18 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     n_flat = 1000 if q else 2000
     if "cpu" in only:
-        for label, path in arms:
-            flat = measure("cpu", "flat", n_flat, pythonpath=path)
-            e2 = measure("cpu", "e2", 0, pythonpath=path)
-            say(f"[cpu] {label}: one-call cells {flat['cpu_ms_per_call']:.3f} ms CPU/call "
-                f"({flat['calls']} calls); E2 {e2['cpu_ms_per_call']:.3f} ms CPU/call "
-                f"({e2['calls']} call records, {e2['model_calls']} reach the model, "
+        arms_cpu = [*arms, ("after, lanes = 1", None)]
+        for label, path in arms_cpu:
+            lanes = 1 if "lanes" in label else 0
+            flat = measure("cpu", "flat", n_flat, lanes, pythonpath=path)
+            e2 = measure("cpu", "e2", 0, lanes, pythonpath=path)
+
+            def ms(r):
+                lo, hi = r["cpu_ms_range"]
+                return f"{r['cpu_ms_per_call']:.3f} ms CPU/call (range {lo:.3f}-{hi:.3f})"
+
+            say(f"[cpu] {label}: one-call cells {ms(flat)} ({flat['calls']} calls); E2 "
+                f"{ms(e2)} ({e2['calls']} call records, {e2['model_calls']} reach the model, "
                 f"{e2['cells']} cells)")
             rows.append((f"CPU per call, one-call cells [{label}]",
                          f"{flat['cpu_ms_per_call']:.2f} ms", "<= 0.6 ms"))
@@ -327,6 +372,15 @@ def main(argv=None) -> int:
                     f"({r['plain_ratio']:.2f})")
                 rows.append((f"achieved/ideal at 50 ms, C={c} [{label}]", f"{r['ratio']:.2f}",
                              ">= 0.9 up to C=64" + (f" (plain loop {r['plain_ratio']:.2f})")))
+        for kind in ("flat", "e2"):
+            packed, alone = measure("jitter", kind, 0), measure("jitter", kind, 1)
+            what = "one-call cells" if kind == "flat" else "E2"
+            say(f"[jitter] {what}, C=64, exponential latency (mean 50 ms): default lanes "
+                f"{packed['per_s']:.0f} calls/s, lanes = 1 {alone['per_s']:.0f} calls/s "
+                f"({packed['calls']} call records)")
+            rows.append((f"jittered latency, {what}: lanes / lanes = 1",
+                         f"{packed['per_s'] / alone['per_s']:.2f}", ">= 1 (packing must not "
+                         "cost throughput)"))
     if "http" in only:
         n_http = 1000 if q else 2000
         server = Server(LATENCY_S)
@@ -384,8 +438,9 @@ def main(argv=None) -> int:
         f"- command: `python bench/scale.py{' --quick' if q else ''}"
         f"{' --before DIR' if args.before else ''}` ({total:.0f} s; load average at end "
         f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f})",
-        "- before = the committed biaslab before issue 10 (`git archive HEAD`), after = this "
-        "tree; every measurement in its own subprocess, one run each",
+        "- before = a checkout given with --before (when a before column is shown), after = "
+        "this tree; every measurement in its own subprocess; CPU per call is the median of 5 "
+        "runs, the rest one run each",
         "", "```", table, "```", "", "```", *lines, "```", ""])
     write_section(section)
     print(f"wrote {BENCH_DIR / 'results.md'}")

@@ -78,7 +78,7 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
                             prompt_id=template.ref,
                             prompt_hash=template.content_hash,
                             prompt_source=template.origin, messages=messages,
-                            model=spec.public(), params=params)
+                            model=ctx.gateway.public(spec), params=params)
         describe = f"node '{node}' item '{item}' sample {sample} attempt {attempt} in cell " \
                    f"{ctx.cell_id} (prompt {template.ref})"
         try:

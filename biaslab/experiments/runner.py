@@ -326,8 +326,8 @@ async def _run_batch(plan: Plan, cells: list[Cell], graphs: _Batches, gateway: G
     lanes = Lanes([Lane(ctx, partial(gateway.scope, scope), scope.settle, (ReplayMiss,))
                    for ctx, scope in zip(contexts, scopes)])
     state: dict[str, Any] = {}
+    store.start_cells([(cell.id, cell.ord, cell.coords) for cell in cells])
     for j, cell in enumerate(cells):
-        store.start_cell(cell.id, cell.ord, cell.coords)
         initial = plan.protocol.initial_state(cell.variant, cell.item, cell.seed, plan.options)
         state.update({f"{key}{LANE_SEP}{j}": value for key, value in initial.items()})
     outputs: list[list[tuple[str, object]]] = [[] for _ in cells]
@@ -349,8 +349,8 @@ async def _run_batch(plan: Plan, cells: list[Cell], graphs: _Batches, gateway: G
             await scope.settle()
         return [await _run_cell(plan, cell, graphs.single[variant], gateway, store)
                 for cell in cells]
-    for cell, ctx, out, error in zip(cells, contexts, outputs, errors):
-        store.finish_cell(cell.id, ctx.calls, out, error=error)
+    store.finish_cells([(cell.id, ctx.calls, out, error)
+                        for cell, ctx, out, error in zip(cells, contexts, outputs, errors)])
     return [error is None for error in errors]
 
 

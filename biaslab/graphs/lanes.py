@@ -22,6 +22,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
@@ -115,31 +116,36 @@ def _runtime_kwargs(runnable, runtime: Runtime, lane: Lane) -> dict[str, Any]:
         if "runtime" in runnable.func_accepts else {}
 
 
-def _node(spec, j: int) -> Callable:
-    runnable = spec.runnable
-    suffix, error_key = f"{SEP}{j}", f"{ERROR}{SEP}{j}"
+class _LaneNode:
+    """Node ``name#j``: the graph's node on lane j's state and context.
 
-    async def lane_node(state: dict, config, runtime: Runtime[Lanes]) -> dict | None:
-        if state.get(error_key) is not None:
+    An object rather than a closure: LangGraph scans a function node's closure for subgraphs
+    at compile time (milliseconds per node), and a packed graph has k times the nodes."""
+
+    def __init__(self, spec, j: int):
+        self.runnable = spec.runnable
+        self.j, self.suffix, self.error_key = j, f"{SEP}{j}", f"{ERROR}{SEP}{j}"
+
+    async def __call__(self, state: dict, config: RunnableConfig,
+                       runtime: Runtime[Lanes]) -> dict | None:
+        if state.get(self.error_key) is not None:
             return None  # the lane failed earlier: the rest of its graph is skipped
-        lane = runtime.context.lanes[j]
-        inner = lane_state(state, j)
+        lane = runtime.context.lanes[self.j]
+        inner = lane_state(state, self.j)
         inner.pop(ERROR, None)
         try:
             with lane.enter():
-                update = await runnable.ainvoke(inner, config,
-                                                **_runtime_kwargs(runnable, runtime, lane))
-            return _renamed(update, suffix)
+                update = await self.runnable.ainvoke(
+                    inner, config, **_runtime_kwargs(self.runnable, runtime, lane))
+            return _renamed(update, self.suffix)
         except (LaneFallback, *lane.fatal):
             raise
         except Exception as exc:  # this cell fails; the other lanes go on
             await lane.settle()
-            return {error_key: f"{type(exc).__name__}: {exc}"}
-
-    return lane_node
+            return {self.error_key: f"{type(exc).__name__}: {exc}"}
 
 
-def _router(branch, j: int, node_names: set[str]) -> Callable:
+def _router(branch, j: int, node_names: set[str], schema: type) -> Callable:
     path, ends = branch.path, branch.ends
     suffix, error_key = f"{SEP}{j}", f"{ERROR}{SEP}{j}"
 
@@ -161,6 +167,7 @@ def _router(branch, j: int, node_names: set[str]) -> Callable:
             return [target(r) for r in result]
         return target(result)
 
+    lane_router.__annotations__["state"] = schema  # LangGraph then reads only this lane's keys
     return lane_router
 
 
@@ -188,7 +195,7 @@ def pack(builder: StateGraph, k: int) -> StateGraph:
 
     for j, schema in enumerate(schemas):
         for node, spec in builder.nodes.items():
-            packed.add_node(named(node, j), _node(spec, j), input_schema=schema,
+            packed.add_node(named(node, j), _LaneNode(spec, j), input_schema=schema,
                             retry_policy=spec.retry_policy, metadata=spec.metadata)
         for start, end in builder.edges:
             packed.add_edge(named(start, j), named(end, j))
@@ -199,7 +206,7 @@ def pack(builder: StateGraph, k: int) -> StateGraph:
                 ends = None
                 if branch.ends:
                     ends = [named(e, j) for e in dict.fromkeys(branch.ends.values())]
-                packed.add_conditional_edges(named(start, j), _router(branch, j, node_names),
+                packed.add_conditional_edges(named(start, j), _router(branch, j, node_names, schema),
                                              ends)
     return packed
 

@@ -67,7 +67,7 @@ class PromptTemplate:
             return f"biaslab:{path.relative_to(PACKAGE_PROMPTS.resolve()).as_posix()}"
         return str(path)
 
-    @property
+    @cached_property
     def content_hash(self) -> str:
         """Short sha256 of what the model sees; two runs with equal hashes used the same text."""
         h = hashlib.sha256()
@@ -83,12 +83,17 @@ class PromptTemplate:
             raise UserError(f"prompt {self.ref}: no value for slot '{missing[0]}' "
                             f"(the node provides {sorted(values)})")
         filled = {s: str(values[s]) for s in self.slots}
+        system, user = self._templates
         messages: list[Message] = []
-        if self.system.strip():
-            messages.append({"role": "system",
-                             "content": string.Template(self.system).substitute(filled)})
-        messages.append({"role": "user", "content": string.Template(self.user).substitute(filled)})
+        if system is not None:
+            messages.append({"role": "system", "content": system.substitute(filled)})
+        messages.append({"role": "user", "content": user.substitute(filled)})
         return messages
+
+    @cached_property
+    def _templates(self) -> tuple[string.Template | None, string.Template]:
+        return (string.Template(self.system) if self.system.strip() else None,
+                string.Template(self.user))
 
     def check_slots(self, offered: Iterable[str], node: str) -> None:
         """Fail when the template needs a slot the node cannot fill."""

@@ -112,11 +112,16 @@ class RunStore:
         return row[0] if row else None
 
     def start_cell(self, cell_id: str, ord_: int, coords: dict[str, Any]) -> None:
+        self.start_cells([(cell_id, ord_, coords)])
+
+    def start_cells(self, cells: Iterable[tuple[str, int, dict[str, Any]]]) -> None:
+        """Mark cells running (cell id, grid order, coordinates), in one statement."""
         self._begin()
-        self.conn.execute(
+        now = time.time()
+        self.conn.executemany(
             "INSERT INTO cells VALUES (?,?,?,'running',NULL,?,NULL) ON CONFLICT(cell_id) DO UPDATE "
             "SET status='running', error=NULL, started=excluded.started",
-            (cell_id, ord_, dumps(coords), time.time()))
+            [(cell_id, ord_, dumps(coords), now) for cell_id, ord_, coords in cells])
 
     def finish_cell(self, cell_id: str, calls: Iterable[CallRecord],
                     outputs: Iterable[tuple[str, Any]], *, error: str | None = None) -> None:
@@ -126,20 +131,30 @@ class RunStore:
         seconds later, or by `maybe_commit`/`close`): a killed run loses the last few finished
         cells, never half of one.
         """
+        self.finish_cells([(cell_id, calls, outputs, error)])
+
+    def finish_cells(self, cells: Iterable[tuple[str, Iterable[CallRecord],
+                                                 Iterable[tuple[str, Any]], str | None]]) -> None:
+        """`finish_cell` for several cells (id, calls, outputs, error) in one transaction."""
+        cells = list(cells)
+        ids = [(cell_id,) for cell_id, *_ in cells]
         self._begin()
-        self.conn.execute("DELETE FROM calls WHERE cell_id=?", (cell_id,))
-        self.conn.execute("DELETE FROM outputs WHERE cell_id=?", (cell_id,))
+        self.conn.executemany("DELETE FROM calls WHERE cell_id=?", ids)
+        self.conn.executemany("DELETE FROM outputs WHERE cell_id=?", ids)
         self.conn.executemany(
             "INSERT INTO calls (cell_id, seq, record, node, cache_key, cache_hit, input_tokens, "
             "output_tokens, error, parse_error) VALUES (?,?,?,?,?,?,?,?,?,?)",
             [(cell_id, i, c.model_dump_json(), c.node, c.cache_key, int(c.cache_hit),
               c.input_tokens, c.output_tokens, c.error, c.parse_error)
-             for i, c in enumerate(calls)])
+             for cell_id, calls, _, _ in cells for i, c in enumerate(calls)])
         self.conn.executemany("INSERT INTO outputs VALUES (?,?,?,?)",
                               [(cell_id, i, node, dumps(value))
+                               for cell_id, _, outputs, _ in cells
                                for i, (node, value) in enumerate(outputs)])
-        self.conn.execute("UPDATE cells SET status=?, error=?, finished=? WHERE cell_id=?",
-                          ("error" if error else "done", error, time.time(), cell_id))
+        now = time.time()
+        self.conn.executemany("UPDATE cells SET status=?, error=?, finished=? WHERE cell_id=?",
+                              [("error" if error else "done", error, now, cell_id)
+                               for cell_id, _, _, error in cells])
         if self.batch_s:
             self.maybe_commit(self.batch_s)
         else:
