@@ -381,16 +381,23 @@ def fit_ml_predictor(split: StudentSplit) -> MLPredictor:
 
 
 # -- shared views: every cell, report and test of a dataset × seed uses one split and one model --
-@lru_cache(maxsize=16)
+# Sized for a grid of many seeds: a split and a fitted model take well under a megabyte, and a
+# cache smaller than datasets × seeds re-reads and re-fits on every cell once cells interleave.
+@lru_cache(maxsize=8)
+def _cached_table(dataset: str, data_dir: str | None) -> pd.DataFrame:
+    path = Path(data_dir) / _FILES[dataset] if data_dir else None
+    return load_student(dataset, path)
+
+
+@lru_cache(maxsize=256)
 def cached_split(dataset: str, seed: int, max_test: int | None = None,
                  data_dir: str | None = None) -> StudentSplit:
     """The split of `dataset` for replicate `seed` (the shipped copy, or ``data_dir``'s)."""
-    path = Path(data_dir) / _FILES[dataset] if data_dir else None
-    return split_student(load_student(dataset, path), dataset=dataset, seed=seed,
+    return split_student(_cached_table(dataset, data_dir).copy(), dataset=dataset, seed=seed,
                          max_test=max_test)
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=256)
 def cached_ml_predictor(dataset: str, seed: int, max_test: int | None = None,
                         data_dir: str | None = None) -> MLPredictor:
     """The ML predictor fitted on `cached_split`'s training rows."""

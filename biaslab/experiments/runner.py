@@ -420,7 +420,7 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
     k = lanes or plan.spec.run.lanes or default_lanes(gateway.concurrency)
     # Lanes of a batch wait for each other at every step: twice the cells the concurrency
     # needs keep the gateway's slots full (calls beyond it queue there, cheaply).
-    workers_n = gateway.concurrency if k == 1 else -(-2 * gateway.concurrency // k)
+    workers_n = gateway.concurrency if k == 1 else -(-4 * gateway.concurrency // k)
     queue: asyncio.Queue = asyncio.Queue(maxsize=2 * workers_n)
     started = time.monotonic()
 

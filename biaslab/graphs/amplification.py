@@ -78,7 +78,7 @@ def split_for(ctx: CellContext) -> student.StudentSplit:
     return student.cached_split(*_key(ctx))
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=256)
 def _record_lines(dataset: str, seed: int, max_test: int | None, data_dir: str | None
                   ) -> tuple[str, ...]:
     split = student.cached_split(dataset, seed, max_test, data_dir)
@@ -86,7 +86,7 @@ def _record_lines(dataset: str, seed: int, max_test: int | None, data_dir: str |
                  for _, row in split.test.iterrows())
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=256)
 def _batch_tables(dataset: str, seed: int, max_test: int | None, data_dir: str | None,
                   size: int) -> tuple[str, ...]:
     """The prediction prompts' record tables, one per batch, rendered once per split."""
@@ -104,7 +104,7 @@ def _ml_probabilities(dataset: str, seed: int, max_test: int | None, data_dir: s
     return tuple(float(p) for p in predictor.predict_proba(split.test))
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=256)
 def _statistics(dataset: str, seed: int, max_test: int | None, data_dir: str | None) -> str:
     split = student.cached_split(dataset, seed, max_test, data_dir)
     return student.summary_text(student.training_summary(split))
