@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import os
 import sqlite3
 import sys
@@ -354,10 +355,16 @@ async def _run_batch(plan: Plan, cells: list[Cell], graphs: _Batches, gateway: G
     return [error is None for error in errors]
 
 
-def default_lanes(concurrency: int) -> int:
-    """Cells per graph run when the spec does not say: enough to amortise LangGraph's set-up,
-    few enough that lanes rarely wait on each other."""
-    return max(1, min(16, concurrency // 4))
+def default_lanes(concurrency: int, calls_per_cell: float = 1.0) -> int:
+    """Cells per graph run when the spec does not say.
+
+    Packing pays LangGraph's per-run set-up once per batch, which matters for cells of one or
+    two calls; a cell of many calls already spreads it, and its lanes would wait for each other
+    at every step (with spread-out latencies that costs more than it saves: see
+    bench/results.md). So: a quarter of the concurrency, divided by the calls a cell makes, at
+    most 16."""
+    per_cell = max(1, math.ceil(calls_per_cell))
+    return max(1, min(16, concurrency // (4 * per_cell)))
 
 
 async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
@@ -417,10 +424,15 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
     store.batch_s = _COMMIT_EVERY_S
     result = RunResult(run_dir, plan.n_cells(), counters=gateway.counters)
     bar = _Progress(result.cells_total, gateway.counters, progress)
-    k = lanes or plan.spec.run.lanes or default_lanes(gateway.concurrency)
-    # Lanes of a batch wait for each other at every step: twice the cells the concurrency
+    chosen = lanes or plan.spec.run.lanes
+    first_item = next(iter(plan.protocol.items(plan.options)), None)
+    k = {v: chosen or default_lanes(gateway.concurrency, plan.protocol.estimate(
+            v, first_item, plan.options)["calls"] if first_item is not None else 1.0)
+         for v in plan.protocol.variants(plan.options)}
+    # Lanes of a batch wait for each other at every step: four times the cells the concurrency
     # needs keep the gateway's slots full (calls beyond it queue there, cheaply).
-    workers_n = gateway.concurrency if k == 1 else -(-4 * gateway.concurrency // k)
+    workers_n = -(-4 * gateway.concurrency // min(k.values())) if max(k.values()) > 1 \
+        else gateway.concurrency
     queue: asyncio.Queue = asyncio.Queue(maxsize=2 * workers_n)
     started = time.monotonic()
 
@@ -435,7 +447,7 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
                 result.cells_skipped += 1
                 bar.advance()
                 continue
-            if batch and (len(batch) == k or batch[0].variant != cell.variant):
+            if batch and (len(batch) == k[batch[0].variant] or batch[0].variant != cell.variant):
                 await queue.put(batch)
                 batch = []
             batch.append(cell)
