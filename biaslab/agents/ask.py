@@ -16,7 +16,7 @@ from biaslab.errors import ModelCallError
 from biaslab.prompts.exposure import apply_exposures
 from biaslab.traces.records import CallRecord
 
-__all__ = ["ask", "Answer", "REASK_PROMPT", "sample_seed"]
+__all__ = ["ask", "Answer", "CallFailed", "REASK_PROMPT", "sample_seed"]
 
 REASK_PROMPT = "common/reask"
 
@@ -25,6 +25,12 @@ def sample_seed(seed: int, sample: int) -> int:
     """The model seed of repeat `sample`: the cell's seed for the first answer, a distinct one
     for each further repeat, so k repeats at temperature > 0 are k real samples."""
     return seed if sample == 0 else (seed * 1_000_003 + sample) % 2**31
+
+
+class CallFailed(RuntimeError):
+    """A model call failed for good (after its retries): the cell is marked ``error`` and
+    ``--resume`` retries it. An unparsable answer is different: a recorded parse failure in a
+    finished cell."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,12 @@ class Answer:
     @property
     def ok(self) -> bool:
         return self.parse_error is None and self.error is None
+
+    def raise_for_error(self, what: str) -> "Answer":
+        """Raise `CallFailed` naming `what` if the call failed for good; else return self."""
+        if self.error:
+            raise CallFailed(f"{what}: {self.error}")
+        return self
 
 
 async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: str,

@@ -25,7 +25,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, ConfigDict, Field
 
-from biaslab.agents.ask import ask
+from biaslab.agents.ask import CallFailed, ask
 from biaslab.agents.context import CellContext
 from biaslab.agents.parsers import (OutputConstraint, ParseError, probability_list,
                                     probability_list_grammar)
@@ -57,10 +57,6 @@ class AmplificationOptions(BaseModel):
     data_dir: str | None = None
     """A directory with your own student-mat.csv / student-por.csv instead of the shipped copy."""
 
-
-class CallFailed(RuntimeError):
-    """A model call failed for good; the cell is marked ``error`` and ``--resume`` retries it.
-    (Unparsable answers are different: they are recorded parse failures in a finished cell.)"""
 
 
 class AmplificationState(TypedDict, total=False):
@@ -164,8 +160,7 @@ async def predict_batches(state: AmplificationState, ctx: CellContext, prompt: s
         answer = await ask(ctx, "prediction", slots, prompt=prompt,
                            parser=probability_list(n), constraint=probability_list_grammar(n),
                            item=f"batch-{start // size}", max_tokens=12 + 6 * n)
-        if answer.error:  # transport failure after retries: the cell fails and --resume retries it
-            raise CallFailed(f"prediction batch {start // size}: {answer.error}")
+        answer.raise_for_error(f"prediction batch {start // size}")
         return list(answer.value) if answer.ok else [None] * n  # parse failure
 
     batches = await asyncio.gather(*(one_batch(s) for s in range(0, len(split.test), size)))
@@ -222,8 +217,7 @@ async def judge(state: AmplificationState, runtime: Runtime[CellContext]) -> dic
         answer = await ask(ctx, "judge", slots, prompt=JUDGE_PROMPT, parser=parse_final,
                            constraint=FINAL_GRAMMAR, item=f"record-{state['record_ids'][i]}",
                            max_tokens=12)
-        if answer.error:
-            raise CallFailed(f"judge on record {state['record_ids'][i]}: {answer.error}")
+        answer.raise_for_error(f"judge on record {state['record_ids'][i]}")
         return str(state["record_ids"][i]), answer.value if answer.ok else None
 
     return {"p_judge": dict(await asyncio.gather(*(one(i) for i in _disagreements(state))))}

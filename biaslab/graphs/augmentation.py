@@ -97,9 +97,6 @@ class AugmentationOptions(BaseModel):
     """Bootstrap resamples for every CI in the report."""
 
 
-class CallFailed(RuntimeError):
-    """A model call failed for good; the cell is marked ``error`` and ``--resume`` retries it."""
-
 
 class AugmentationState(TypedDict, total=False):
     item: str
@@ -261,11 +258,6 @@ def _prompt_ref(ctx: CellContext, node: str, default: str) -> str:
     return f"{template.ref}@{template.content_hash}"
 
 
-def _fail(what: str, answer) -> None:
-    if answer.error:  # transport failure after retries: the cell fails, --resume retries it
-        raise CallFailed(f"{what}: {answer.error}")
-
-
 # -- nodes -----------------------------------------------------------------------------------
 @llm_agent("abstraction", prompt=ABSTRACTION_PROMPT, offers=("context",), requires=("context",),
            max_tokens=120)
@@ -274,7 +266,7 @@ async def abstraction(state: AugmentationState, runtime: Runtime[CellContext]) -
     answer = await ask(ctx, "abstraction", {"context": state["record"]["context"]},
                        prompt=ABSTRACTION_PROMPT, parser=text_answer,
                        max_tokens=ctx.options.answer_max_tokens)
-    _fail("abstraction", answer)
+    answer.raise_for_error("abstraction")
     return {"abstraction": answer.value if answer.ok else None}
 
 
@@ -325,7 +317,7 @@ async def transform(state: AugmentationState, runtime: Runtime[CellContext]) -> 
                        prompt=TRANSFORM_PROMPT, parser=_variants_parser(n),
                        constraint=_variants_schema(n),
                        max_tokens=opts.generation_max_tokens * n)
-    _fail("transform", answer)
+    answer.raise_for_error("transform")
     if not answer.ok:
         return {"variants": []}
     return {"variants": [{"variant": k, **v, "options": remap_options(record, v["person_a"],
@@ -344,7 +336,7 @@ async def scenario(state: AugmentationState, runtime: Runtime[CellContext]) -> d
                            prompt=SCENARIO_PROMPT, parser=text_answer,
                            item=f"v{variant['variant']}",
                            max_tokens=ctx.options.generation_max_tokens)
-        _fail(f"scenario v{variant['variant']}", answer)
+        answer.raise_for_error(f"scenario v{variant['variant']}")
         return {"variant": variant["variant"], "scenario": answer.value if answer.ok else None}
 
     return {"scenarios": list(await asyncio.gather(*(one(v) for v in state.get("variants", []))))}
@@ -364,7 +356,7 @@ async def validate(state: AugmentationState, runtime: Runtime[CellContext]) -> d
                            prompt=VALIDATOR_PROMPT, parser=_VALIDATOR_PARSER,
                            constraint=_VALIDATOR_SCHEMA, item=f"v{scene['variant']}",
                            max_tokens=120)
-        _fail(f"{name} v{scene['variant']}", answer)
+        answer.raise_for_error(f"{name} v{scene['variant']}")
         return answer.value["label"] if answer.ok else None
 
     async def judge_scene(scene: dict) -> dict:
@@ -394,7 +386,7 @@ async def rephrase(state: AugmentationState, runtime: Runtime[CellContext]) -> d
                                          "options": "; ".join(f'"{p}"' for p in people)},
                        prompt=REPHRASE_PROMPT, parser=rephrase_parser(record["question"], people),
                        max_tokens=min(ctx.options.answer_max_tokens, 80))
-    _fail("rephrase", answer)
+    answer.raise_for_error("rephrase")
     return {"rephrased": {"question": answer.value if answer.ok else None,
                           "error": None if answer.ok else answer.parse_error}}
 
@@ -419,7 +411,7 @@ def target_node(mc: bool):
                                                "question": inst["question"]},
                                prompt=TARGET_PROMPT, parser=text_answer, item=inst["key"],
                                max_tokens=ctx.options.answer_max_tokens)
-            _fail(f"target {inst['key']}", answer)
+            answer.raise_for_error(f"target {inst['key']}")
             return answer.value if answer.ok else None
 
         async def mc_answer(inst: dict) -> int | None:
@@ -428,7 +420,7 @@ def target_node(mc: bool):
                                                   "options": options_text(inst["options"])},
                                prompt=TARGET_MC_PROMPT, parser=parse_letter,
                                constraint=LETTER_GRAMMAR, item=inst["key"], max_tokens=4)
-            _fail(f"target_mc {inst['key']}", answer)
+            answer.raise_for_error(f"target_mc {inst['key']}")
             return answer.value if answer.ok else None
 
         opens = await asyncio.gather(*(open_answer(i) for i in instances))
@@ -456,7 +448,7 @@ async def judge(state: AugmentationState, runtime: Runtime[CellContext]) -> dict
                                           "response": resp["answer"]},
                            prompt=JUDGE_PROMPT, parser=_JUDGE_PARSER, constraint=_JUDGE_SCHEMA,
                            item=resp["key"], max_tokens=120)
-        _fail(f"judge {resp['key']}", answer)
+        answer.raise_for_error(f"judge {resp['key']}")
         return resp["key"], answer.value["label"] if answer.ok else None
 
     return {"judged": dict(await asyncio.gather(*(one(r) for r in state.get("responses", []))))}

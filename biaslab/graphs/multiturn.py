@@ -47,7 +47,7 @@ from biaslab.graphs.llm_nodes import LLMNode, declare_llm, llm_agent
 from biaslab.graphs.registry import Protocol, protocol
 
 __all__ = ["Multiturn", "MultiturnOptions", "MultiturnState", "MOVES", "STATIC_TASKS",
-           "FRAMINGS", "CallFailed", "parse_variant", "seed_table", "user_turn_parser",
+           "FRAMINGS", "parse_variant", "seed_table", "user_turn_parser",
            "transcript", "split_script"]
 
 MOVES = ("anaphora", "reasoning", "clarification", "other")
@@ -112,9 +112,6 @@ class MultiturnOptions(BaseModel):
         if len(set(self.turn_caps)) != len(self.turn_caps):
             raise ValueError("turn_caps: a cap is listed twice")
 
-
-class CallFailed(RuntimeError):
-    """A model call failed for good; the cell is marked ``error`` and ``--resume`` retries it."""
 
 
 class MultiturnState(TypedDict, total=False):
@@ -286,8 +283,7 @@ def user_simulator_node(framing: str):
                            parser=user_turn_parser(state["stereotype"]),
                            constraint=USER_CONSTRAINT, item=f"turn-{t}",
                            max_tokens=_opts(ctx).user_max_tokens)
-        if answer.error:
-            raise CallFailed(f"user simulator, turn {t}: {answer.error}")
+        answer.raise_for_error(f"user simulator, turn {t}")
         if not answer.ok:  # recorded, and the dialogue ends here: there is nothing to send
             return {"turn": t, "ended": "user_parse_failure",
                     "queries": [{"turn": t, "query": None, "move": None,
@@ -345,8 +341,7 @@ async def target(state: MultiturnState, runtime: Runtime[CellContext]) -> dict:
     answer = await ask(ctx, "target", {"history": transcript(state, upto=t), "query": query},
                        prompt=TARGET_PROMPT, parser=text_answer, item=f"turn-{t}",
                        max_tokens=opts.target_max_tokens, model=model)
-    if answer.error:
-        raise CallFailed(f"target, turn {t}: {answer.error}")
+    answer.raise_for_error(f"target, turn {t}")
     return {"responses": [{"turn": t, "response": answer.value if answer.ok else None,
                            "parse_error": answer.parse_error}]}
 
@@ -367,8 +362,7 @@ async def judge(state: MultiturnState, runtime: Runtime[CellContext]) -> dict:
                                       "query": query, "response": response},
                        prompt=JUDGE_PROMPT, parser=JUDGE_PARSER, constraint=JUDGE_CONSTRAINT,
                        item=f"turn-{t}", max_tokens=_opts(ctx).judge_max_tokens)
-    if answer.error:
-        raise CallFailed(f"judge, turn {t}: {answer.error}")
+    answer.raise_for_error(f"judge, turn {t}")
     if not answer.ok:
         return {"labels": [{"turn": t, "biased": None, "justification": None,
                             "parse_error": answer.parse_error}]}
@@ -404,8 +398,7 @@ async def coherence(state: MultiturnState, runtime: Runtime[CellContext]) -> dic
                        prompt=COHERENCE_PROMPT, parser=coherence_parser(n),
                        constraint=coherence_constraint(n),
                        max_tokens=_opts(ctx).coherence_max_tokens)
-    if answer.error:
-        raise CallFailed(f"coherence rater: {answer.error}")
+    answer.raise_for_error("coherence rater")
     if not answer.ok:
         return {"coherence": {"rating": None, "follows": None, "parse_error": answer.parse_error}}
     return {"coherence": {**answer.value, "parse_error": None}}
@@ -420,8 +413,7 @@ async def guardrail_scores(ctx: CellContext, pairs: list[tuple[int, str, str | N
                            prompt=GUARDRAIL_PROMPT, parser=GUARDRAIL_PARSER,
                            constraint=GUARDRAIL_CONSTRAINT, item=f"turn-{t}",
                            max_tokens=_opts(ctx).guardrail_max_tokens)
-        if answer.error:
-            raise CallFailed(f"guardrail, turn {t}: {answer.error}")
+        answer.raise_for_error(f"guardrail, turn {t}")
         if not answer.ok:
             return {"turn": t, "query_risk": None, "response_risk": None,
                     "parse_error": answer.parse_error}

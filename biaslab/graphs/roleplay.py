@@ -46,7 +46,7 @@ from biaslab.graphs.llm_nodes import LLMNode, declare_llm
 from biaslab.graphs.registry import Protocol, protocol
 
 __all__ = ["Roleplay", "RoleplayOptions", "RoleplayState", "CONDITIONS", "JUDGES",
-           "DIRECTIONS", "chunks_for", "CallFailed"]
+           "DIRECTIONS", "chunks_for"]
 
 CONDITIONS = ("role", "no_role")
 BIAS_TYPE_VARIANT = "bias_type"
@@ -102,9 +102,6 @@ class RoleplayOptions(BaseModel):
     top_roles: int = Field(default=3, ge=1)
     """Roles listed per attribute in top_roles.csv."""
 
-
-class CallFailed(RuntimeError):
-    """A model call failed for good; the cell is marked ``error`` and ``--resume`` retries it."""
 
 
 class RoleplayState(TypedDict, total=False):
@@ -200,8 +197,7 @@ def answer_node(variant: str, options: RoleplayOptions):
             answer = await ask(ctx, "target", slots, prompt=declared.prompt, parser=parser,
                                constraint=constraint, item=question["qid"], sample=sample,
                                max_tokens=max_tokens)
-            if answer.error:  # transport failure: the cell fails, --resume retries it
-                raise CallFailed(f"target on {question['qid']} sample {sample}: {answer.error}")
+            answer.raise_for_error(f"target on {question['qid']} sample {sample}")
             return answer
 
         questions = state["questions"]
@@ -237,8 +233,7 @@ async def why_judges(state: RoleplayState, runtime: Runtime[CellContext]) -> dic
                                        "answer": text}, prompt=JUDGE_PROMPT,
                            parser=oracles.parse_judge_label, constraint=JUDGE_GRAMMAR,
                            item=f"{qid}#{sample}", sample=j, max_tokens=4)
-        if answer.error:
-            raise CallFailed(f"{name} on {qid} answer {sample}: {answer.error}")
+        answer.raise_for_error(f"{name} on {qid} answer {sample}")
         return answer.value if answer.ok else None
 
     jobs, keys = [], []
@@ -332,8 +327,7 @@ async def classify(state: RoleplayState, runtime: Runtime[CellContext]) -> dict:
                            {"question": question["question_no_role"], "types": ", ".join(labels)},
                            prompt=BIAS_TYPE_PROMPT, parser=parser, constraint=constraint,
                            item=question["qid"], max_tokens=8)
-        if answer.error:
-            raise CallFailed(f"bias_type_classifier on {question['qid']}: {answer.error}")
+        answer.raise_for_error(f"bias_type_classifier on {question['qid']}")
         return {"qid": question["qid"], "attribute": question["attribute"],
                 "role": question["role"], "type": question["type"],
                 "bias_type": answer.value if answer.ok else None}

@@ -29,7 +29,7 @@ from biaslab.agents.parsers import OutputConstraint, ParseError
 from biaslab.datasets import biaslens
 from biaslab.graphs.llm_nodes import LLMNode, declare_llm
 from biaslab.graphs.registry import Protocol, protocol
-from biaslab.graphs.roleplay import DIRECTIONS, CallFailed
+from biaslab.graphs.roleplay import DIRECTIONS
 
 __all__ = ["RoleplayGenerate", "GenerateOptions", "numbered_list", "near_duplicates", "role_key",
            "filter_question", "PLACEHOLDER"]
@@ -175,8 +175,7 @@ async def generate_roles(state: GenerateState, runtime: Runtime[CellContext]) ->
                        prompt=ROLE_PROMPT, parser=numbered_list, item=state["attribute"],
                        constraint=role_list_grammar(opts.roles_per_attribute),
                        max_tokens=16 * opts.roles_per_attribute + 16)
-    if answer.error:
-        raise CallFailed(f"role_generator on {state['attribute']}: {answer.error}")
+    answer.raise_for_error(f"role_generator on {state['attribute']}")
     return {"generated_roles": list(answer.value) if answer.ok else []}
 
 
@@ -205,8 +204,7 @@ async def generate_questions(state: GenerateState, runtime: Runtime[CellContext]
                            constraint=question_list_grammar(role, qtype,
                                                             opts.questions_per_role),
                            item=f"{role}|{qtype}", max_tokens=80 * opts.questions_per_role)
-        if answer.error:
-            raise CallFailed(f"question_generator on {role} / {qtype}: {answer.error}")
+        answer.raise_for_error(f"question_generator on {role} / {qtype}")
         return {"role": role, "type": qtype, "lines": list(answer.value) if answer.ok else None}
 
     jobs = [one(role, qtype) for role in state["roles"] for qtype in opts.types]
