@@ -372,15 +372,17 @@ def main(argv=None) -> int:
                     f"({r['plain_ratio']:.2f})")
                 rows.append((f"achieved/ideal at 50 ms, C={c} [{label}]", f"{r['ratio']:.2f}",
                              ">= 0.9 up to C=64" + (f" (plain loop {r['plain_ratio']:.2f})")))
-        for kind in ("flat", "e2"):
-            packed, alone = measure("jitter", kind, 0), measure("jitter", kind, 1)
-            what = "one-call cells" if kind == "flat" else "E2"
-            say(f"[jitter] {what}, C=64, exponential latency (mean 50 ms): default lanes "
-                f"{packed['per_s']:.0f} calls/s, lanes = 1 {alone['per_s']:.0f} calls/s "
+        # One-call cells with the default lanes (16 at C=64); E2 packed 4 to a run by hand,
+        # since by default cells of more than two calls are not packed (this row is why).
+        for kind, lanes in (("flat", 0), ("e2", 4)):
+            packed, alone = measure("jitter", kind, lanes), measure("jitter", kind, 1)
+            what = "one-call cells, default lanes" if kind == "flat" else "E2, lanes = 4"
+            say(f"[jitter] {what}, C=64, exponential latency (mean 50 ms): "
+                f"{packed['per_s']:.0f} calls/s; lanes = 1 {alone['per_s']:.0f} calls/s "
                 f"({packed['calls']} call records)")
-            rows.append((f"jittered latency, {what}: lanes / lanes = 1",
-                         f"{packed['per_s'] / alone['per_s']:.2f}", ">= 1 (packing must not "
-                         "cost throughput)"))
+            rows.append((f"jittered latency, {what} / lanes = 1",
+                         f"{packed['per_s'] / alone['per_s']:.2f}",
+                         ">= 1 where packing is the default"))
     if "http" in only:
         n_http = 1000 if q else 2000
         server = Server(LATENCY_S)

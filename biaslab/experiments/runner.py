@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import math
 import os
 import sqlite3
 import sys
@@ -36,7 +35,7 @@ from biaslab.traces.records import SCHEMA_VERSION
 from biaslab.traces.store import STORE_FILE, RunStore
 
 __all__ = ["run_plan", "RunResult", "shared_cache_path", "write_resolved_spec", "open_store",
-           "run_in_progress", "default_lanes"]
+           "run_in_progress", "default_lanes", "prepare_store"]
 
 
 _COMMIT_EVERY_S = 0.2
@@ -295,6 +294,31 @@ async def _run_cell(plan: Plan, cell: Cell, graph, gateway: Gateway, store: RunS
     return True
 
 
+def prepare_store(store: RunStore, plan: Plan, run_dir: Path, *, resume: bool) -> int:
+    """Check that `run_dir` may take this run, record what the run is (meta and the resolved
+    spec) and, on resume, mark cells a killed run left running as pending again.
+
+    Returns the number of cells reset. Raises `UserError` for a directory that holds another
+    run (without `resume`) or another experiment."""
+    counts = store.counts()
+    if counts["cells_done"] + counts["cells_error"] and not resume:
+        raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, or "
+                        "choose another --out")
+    fingerprint = plan.fingerprint()
+    recorded = store.meta().get("fingerprint")
+    if recorded and recorded != fingerprint:
+        raise UserError(f"{run_dir} was made with a different spec (models, scale, conditions, "
+                        "options or prompts changed); resume it with the same spec, or choose "
+                        "another --out")
+    if not recorded:
+        store.set_meta(spec_name=plan.spec.name, protocol=plan.protocol.name,
+                       protocol_origin=protocol_origin(plan.protocol),
+                       scale=plan.spec.scale_applied, created=time.time(),
+                       fingerprint=fingerprint, schema_version=SCHEMA_VERSION)
+    write_resolved_spec(plan, run_dir)
+    return store.reset_unfinished() if resume else 0
+
+
 class _Batches:
     """Graphs compiled once per run: each variant's own, and its packed form per lane count."""
 
@@ -358,13 +382,14 @@ async def _run_batch(plan: Plan, cells: list[Cell], graphs: _Batches, gateway: G
 def default_lanes(concurrency: int, calls_per_cell: float = 1.0) -> int:
     """Cells per graph run when the spec does not say.
 
-    Packing pays LangGraph's per-run set-up once per batch, which matters for cells of one or
-    two calls; a cell of many calls already spreads it, and its lanes would wait for each other
-    at every step (with spread-out latencies that costs more than it saves: see
-    bench/results.md). So: a quarter of the concurrency, divided by the calls a cell makes, at
-    most 16."""
-    per_cell = max(1, math.ceil(calls_per_cell))
-    return max(1, min(16, concurrency // (4 * per_cell)))
+    Packing pays LangGraph's per-run set-up once per batch, which is most of what a cell of one
+    or two calls costs; a cell of more calls already spreads it, and its lanes would wait for
+    each other at every step (with spread-out latencies that cost E2 about a tenth of its
+    throughput: bench/results.md). So: a quarter of the concurrency, at most 16, for cells of
+    up to two calls; one cell per run otherwise."""
+    if calls_per_cell > 2:
+        return 1
+    return max(1, min(16, concurrency // 4))
 
 
 async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
@@ -383,33 +408,18 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
         lanes: cells per graph run (default: the spec's ``run.lanes``, else `default_lanes`).
     """
     run_dir = Path(run_dir)
-    fingerprint = plan.fingerprint()
     lock = _lock_run_dir(run_dir)
     try:
         store = open_store(run_dir)
     except UserError:
         lock.close()
         raise
-    counts = store.counts()
-    if counts["cells_done"] + counts["cells_error"] and not resume:
+    try:
+        reset = prepare_store(store, plan, run_dir, resume=resume)
+    except UserError:
         store.close()
         lock.close()
-        raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, or "
-                        "choose another --out")
-    recorded = store.meta().get("fingerprint")
-    if resume and recorded and recorded != fingerprint:
-        store.close()
-        lock.close()
-        raise UserError(f"{run_dir} was made with a different spec (models, scale, conditions, "
-                        "options or prompts changed); resume it with the same spec, or choose "
-                        "another --out")
-    if not recorded:
-        store.set_meta(spec_name=plan.spec.name, protocol=plan.protocol.name,
-                       protocol_origin=protocol_origin(plan.protocol),
-                       scale=plan.spec.scale_applied, created=time.time(),
-                       fingerprint=fingerprint, schema_version=SCHEMA_VERSION)
-    write_resolved_spec(plan, run_dir)
-    reset = store.reset_unfinished() if resume else 0
+        raise
     caches: list[CallCache] = [store.cache]
     shared = shared_cache_path() if use_shared_cache and mode == "live" else None
     shared_cache = CallCache.open_file(shared) if shared else None
@@ -431,8 +441,8 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
          for v in plan.protocol.variants(plan.options)}
     # Lanes of a batch wait for each other at every step: four times the cells the concurrency
     # needs keep the gateway's slots full (calls beyond it queue there, cheaply).
-    workers_n = -(-4 * gateway.concurrency // min(k.values())) if max(k.values()) > 1 \
-        else gateway.concurrency
+    workers_n = gateway.concurrency if max(k.values()) == 1 else \
+        -(-4 * gateway.concurrency // max(k.values()))
     queue: asyncio.Queue = asyncio.Queue(maxsize=2 * workers_n)
     started = time.monotonic()
 

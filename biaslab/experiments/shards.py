@@ -26,10 +26,8 @@ from typing import Callable, Sequence
 
 from biaslab.errors import UserError
 from biaslab.experiments.plan import Cell, Plan
-from biaslab.experiments.runner import (RunResult, _lock_run_dir, open_store, run_plan,
-                                        write_resolved_spec)
-from biaslab.graphs.registry import protocol_origin
-from biaslab.traces.records import SCHEMA_VERSION
+from biaslab.experiments.runner import (RunResult, _lock_run_dir, open_store, prepare_store,
+                                        run_plan, write_resolved_spec)
 from biaslab.traces.store import STORE_FILE, RunStore
 
 __all__ = ["parse_shard", "in_shard", "merge_runs", "run_sharded", "run_shard", "mark_shard",
@@ -54,13 +52,6 @@ def in_shard(i: int, n: int) -> Callable[[Cell], bool]:
     """The cells of shard i of n: every n-th cell of the grid order, so each shard gets a
     similar mix of variants, items and conditions."""
     return lambda cell: cell.ord % n == i
-
-
-def _meta(plan: Plan) -> dict:
-    return dict(spec_name=plan.spec.name, protocol=plan.protocol.name,
-                protocol_origin=protocol_origin(plan.protocol), scale=plan.spec.scale_applied,
-                created=time.time(), fingerprint=plan.fingerprint(),
-                schema_version=SCHEMA_VERSION)
 
 
 # -- merging ----------------------------------------------------------------------------------
@@ -236,26 +227,14 @@ def run_sharded(plan: Plan, run_dir: str | Path, *, workers: int, executor: str 
     run_dir = Path(run_dir)
     if workers < 1:
         raise UserError(f"--workers must be at least 1, got {workers}")
-    fingerprint = plan.fingerprint()
     lock = _lock_run_dir(run_dir)
     started = time.monotonic()
     try:
         store = open_store(run_dir)
         try:
-            counts = store.counts()
-            recorded = store.meta().get("fingerprint")
-            if counts["cells_done"] + counts["cells_error"] and not resume:
-                raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, "
-                                "or choose another --out")
-            if recorded and recorded != fingerprint:
-                raise UserError(f"{run_dir} was made with a different spec; resume it with the "
-                                "same spec, or choose another --out")
-            if not recorded:
-                store.set_meta(**_meta(plan))
-            store.reset_unfinished()
+            prepare_store(store, plan, run_dir, resume=resume)
         finally:
             store.close()
-        write_resolved_spec(plan, run_dir)
         shards_root = run_dir / SHARDS_DIR
         existing = sorted(p for p in shards_root.glob("*-of-*") if p.is_dir()) \
             if shards_root.is_dir() else []
