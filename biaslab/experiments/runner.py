@@ -385,11 +385,11 @@ def default_lanes(concurrency: int, calls_per_cell: float = 1.0) -> int:
     Packing pays LangGraph's per-run set-up once per batch, which is most of what a cell of one
     or two calls costs; a cell of more calls already spreads it, and its lanes would wait for
     each other at every step (with spread-out latencies that cost E2 about a tenth of its
-    throughput: bench/results.md). So: a quarter of the concurrency, at most 16, for cells of
-    up to two calls; one cell per run otherwise."""
+    throughput: bench/results.md). So: as many as the concurrency, at most 16, for cells of up
+    to two calls; one cell per run otherwise."""
     if calls_per_cell > 2:
         return 1
-    return max(1, min(16, concurrency // 4))
+    return max(1, min(16, concurrency))
 
 
 async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
