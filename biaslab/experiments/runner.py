@@ -27,8 +27,7 @@ from biaslab.agents.gateway import CallScope, Gateway, ReplayMode, RetryPolicy, 
 from biaslab.agents.providers import strip_credentials
 from biaslab.errors import ReplayMiss, UserError
 from biaslab.experiments.plan import Cell, Plan
-from biaslab.graphs.lanes import SEP as LANE_SEP
-from biaslab.graphs.lanes import Lane, Lanes, lane_updates, pack, packing_obstacle
+from biaslab.graphs.lanes import Lane, Lanes, pack, packing_obstacle, run_packed
 from biaslab.graphs.registry import protocol_origin, step_budget
 from biaslab.traces.cache import CallCache, shared_cache_path
 from biaslab.traces.records import SCHEMA_VERSION
@@ -350,23 +349,11 @@ async def _run_batch(plan: Plan, cells: list[Cell], graphs: _Batches, gateway: G
     scopes = [CallScope() for _ in cells]
     lanes = Lanes([Lane(ctx, partial(gateway.scope, scope), scope.settle, (ReplayMiss,))
                    for ctx, scope in zip(contexts, scopes)])
-    state: dict[str, Any] = {}
     store.start_cells([(cell.id, cell.ord, cell.coords) for cell in cells])
-    for j, cell in enumerate(cells):
-        initial = plan.protocol.initial_state(cell.variant, cell.item, cell.seed, plan.options)
-        state.update({f"{key}{LANE_SEP}{j}": value for key, value in initial.items()})
-    outputs: list[list[tuple[str, object]]] = [[] for _ in cells]
-    errors: list[str | None] = [None] * len(cells)
+    states = [plan.protocol.initial_state(cell.variant, cell.item, cell.seed, plan.options)
+              for cell in cells]
     try:
-        async for chunk in graphs.packed(variant, len(cells)).astream(
-                state, context=lanes, stream_mode="updates"):
-            for j, node, update in lane_updates(chunk):
-                if errors[j] is not None:
-                    continue
-                if node is None:
-                    errors[j] = update
-                else:
-                    outputs[j].append((node, update))
+        outputs, errors = await run_packed(graphs.packed(variant, len(cells)), states, lanes)
     except (ReplayMiss, asyncio.CancelledError):
         raise
     except Exception:  # not one lane's failure: each cell runs alone (its answers are cached)

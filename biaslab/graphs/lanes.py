@@ -27,7 +27,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 __all__ = ["Lane", "Lanes", "LaneFallback", "pack", "packing_obstacle", "lane_updates",
-           "lane_state"]
+           "lane_state", "run_packed"]
 
 SEP = "#"
 ERROR = "lane_error"
@@ -226,3 +226,24 @@ def lane_updates(chunk: dict[str, Any]) -> list[tuple[int, str, Any]]:
             update = lane_state(update, j)
         out.append((j, node, update))
     return out
+
+
+async def run_packed(graph, states: Sequence[dict[str, Any]], lanes: Lanes
+                     ) -> tuple[list[list[tuple[str, Any]]], list[str | None]]:
+    """Run a compiled `pack`ed graph, lane j starting from ``states[j]``.
+
+    Returns each lane's ``(node, update)`` outputs in the order they came, and its error text
+    (None when the lane finished); a lane's outputs stop at its failure."""
+    packed = {f"{key}{SEP}{j}": value for j, state in enumerate(states)
+              for key, value in state.items()}
+    outputs: list[list[tuple[str, Any]]] = [[] for _ in states]
+    errors: list[str | None] = [None] * len(states)
+    async for chunk in graph.astream(packed, context=lanes, stream_mode="updates"):
+        for j, node, update in lane_updates(chunk):
+            if errors[j] is not None:
+                continue
+            if node is None:
+                errors[j] = update
+            else:
+                outputs[j].append((node, update))
+    return outputs, errors

@@ -14,7 +14,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send
 from pydantic import BaseModel
 
-from biaslab.graphs.lanes import Lane, LaneFallback, Lanes, lane_updates, pack, packing_obstacle
+from biaslab.graphs.lanes import Lane, LaneFallback, Lanes, pack, packing_obstacle, run_packed
 
 
 class S(TypedDict, total=False):
@@ -88,19 +88,8 @@ async def packed(xs: list[int], ctxs: list[Ctx]):
         return Lane(ctx, contextlib.nullcontext, settle)
 
     graph = pack(build(), len(xs)).compile()
-    state = {f"x#{j}": x for j, x in enumerate(xs)}
-    updates = [[] for _ in xs]
-    errors = [None] * len(xs)
-    async for chunk in graph.astream(state, context=Lanes([lane(j, c) for j, c in
-                                                           enumerate(ctxs)]),
-                                     stream_mode="updates"):
-        for j, node, update in lane_updates(chunk):
-            if errors[j] is not None:
-                continue
-            if node is None:
-                errors[j] = update
-            else:
-                updates[j].append((node, update))
+    updates, errors = await run_packed(graph, [{"x": x} for x in xs],
+                                       Lanes([lane(j, c) for j, c in enumerate(ctxs)]))
     return updates, errors, settled
 
 
