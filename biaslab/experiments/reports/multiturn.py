@@ -154,7 +154,11 @@ def late_emergence_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFr
                          "short_cap": short, "long_cap": long_, "n_pairs": r.n,
                          "cum_short": _nanmean(sub["short"]), "cum_long": _nanmean(sub["long"]),
                          "late_emergence": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=_LATE_COLUMNS)  # a grid of one cap: the header alone
+
+
+_LATE_COLUMNS = ["framing", "model", "category", "short_cap", "long_cap", "n_pairs", "cum_short",
+                 "cum_long", "late_emergence", "ci_low", "ci_high"]
 
 
 def _nanmean(values) -> float:
