@@ -58,7 +58,6 @@ class AmplificationOptions(BaseModel):
     """A directory with your own student-mat.csv / student-por.csv instead of the shipped copy."""
 
 
-
 class AmplificationState(TypedDict, total=False):
     dataset: str
     record_ids: list[int]

@@ -97,7 +97,6 @@ class AugmentationOptions(BaseModel):
     """Bootstrap resamples for every CI in the report."""
 
 
-
 class AugmentationState(TypedDict, total=False):
     item: str
     record: dict

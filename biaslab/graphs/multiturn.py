@@ -113,7 +113,6 @@ class MultiturnOptions(BaseModel):
             raise ValueError("turn_caps: a cap is listed twice")
 
 
-
 class MultiturnState(TypedDict, total=False):
     seed_id: str
     category: str

@@ -103,7 +103,6 @@ class RoleplayOptions(BaseModel):
     """Roles listed per attribute in top_roles.csv."""
 
 
-
 class RoleplayState(TypedDict, total=False):
     item: str
     questions: list[dict[str, Any]]
