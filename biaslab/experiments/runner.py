@@ -322,7 +322,6 @@ class _Batches:
     """Graphs compiled once per run: each variant's own, and its packed form per lane count."""
 
     def __init__(self, plan: Plan):
-        self.plan = plan
         self.builders = {v: plan.protocol.build(v, plan.options)
                          for v in plan.protocol.variants(plan.options)}
         self.single = {v: plan.compile(v, b) for v, b in self.builders.items()}
@@ -342,9 +341,13 @@ async def _run_batch(plan: Plan, cells: list[Cell], graphs: _Batches, gateway: G
                      store: RunStore) -> list[bool]:
     """Cells of one variant in one packed graph run; each finishes (or fails) on its own."""
     variant = cells[0].variant
-    if len(cells) == 1 or not graphs.packable[variant]:
+
+    async def one_at_a_time() -> list[bool]:
         return [await _run_cell(plan, cell, graphs.single[variant], gateway, store)
                 for cell in cells]
+
+    if len(cells) == 1 or not graphs.packable[variant]:
+        return await one_at_a_time()
     contexts = [plan.context(cell, gateway) for cell in cells]
     scopes = [CallScope() for _ in cells]
     lanes = Lanes([Lane(ctx, partial(gateway.scope, scope), scope.settle, (ReplayMiss,))
@@ -359,8 +362,7 @@ async def _run_batch(plan: Plan, cells: list[Cell], graphs: _Batches, gateway: G
     except Exception:  # not one lane's failure: each cell runs alone (its answers are cached)
         for scope in scopes:
             await scope.settle()
-        return [await _run_cell(plan, cell, graphs.single[variant], gateway, store)
-                for cell in cells]
+        return await one_at_a_time()
     store.finish_cells([(cell.id, ctx.calls, out, error)
                         for cell, ctx, out, error in zip(cells, contexts, outputs, errors)])
     return [error is None for error in errors]

@@ -26,8 +26,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-__all__ = ["Lane", "Lanes", "LaneFallback", "pack", "packing_obstacle", "lane_updates",
-           "lane_state", "run_packed"]
+__all__ = ["Lane", "Lanes", "LaneFallback", "pack", "packing_obstacle", "lane_state",
+           "run_packed"]
 
 SEP = "#"
 ERROR = "lane_error"
@@ -71,6 +71,8 @@ def packing_obstacle(builder: StateGraph) -> str | None:
         return f"its state schema {getattr(schema, '__name__', schema)!r} is not a TypedDict"
     if builder.managed:
         return "its state uses managed values"
+    if ERROR in _keys(builder):
+        return f"its state has a key named '{ERROR}', which lanes use for failures"
     for name, spec in builder.nodes.items():
         if not hasattr(spec.runnable, "func_accepts"):
             return f"node '{name}' is not a function (a compiled subgraph or another Runnable)"
@@ -97,10 +99,12 @@ def _lane_schema(name: str, keys: dict[str, Any], j: int) -> type:
 
 
 def lane_state(state: dict[str, Any], j: int) -> dict[str, Any]:
-    """Lane `j`'s values in the packed state, under the graph's own key names."""
+    """Lane `j`'s values in the packed state, under the graph's own key names (its failure
+    marker left out: the graph's own nodes never see it)."""
     suffix = f"{SEP}{j}"
     n = len(suffix)
-    return {key[:-n]: value for key, value in state.items() if key.endswith(suffix)}
+    return {key[:-n]: value for key, value in state.items()
+            if key.endswith(suffix) and key[:-n] != ERROR}
 
 
 def _renamed(update: Any, suffix: str) -> Any:
@@ -131,12 +135,11 @@ class _LaneNode:
         if state.get(self.error_key) is not None:
             return None  # the lane failed earlier: the rest of its graph is skipped
         lane = runtime.context.lanes[self.j]
-        inner = lane_state(state, self.j)
-        inner.pop(ERROR, None)
         try:
             with lane.enter():
                 update = await self.runnable.ainvoke(
-                    inner, config, **_runtime_kwargs(self.runnable, runtime, lane))
+                    lane_state(state, self.j), config,
+                    **_runtime_kwargs(self.runnable, runtime, lane))
             return _renamed(update, self.suffix)
         except (LaneFallback, *lane.fatal):
             raise
@@ -159,10 +162,9 @@ def _router(branch, j: int, node_names: set[str], schema: type) -> Callable:
         if state.get(error_key) is not None:
             return END
         lane = runtime.context.lanes[j]
-        inner = lane_state(state, j)
-        inner.pop(ERROR, None)
         with lane.enter():
-            result = await path.ainvoke(inner, config, **_runtime_kwargs(path, runtime, lane))
+            result = await path.ainvoke(lane_state(state, j), config,
+                                        **_runtime_kwargs(path, runtime, lane))
         if isinstance(result, (list, tuple)):
             return [target(r) for r in result]
         return target(result)
@@ -211,7 +213,7 @@ def pack(builder: StateGraph, k: int) -> StateGraph:
     return packed
 
 
-def lane_updates(chunk: dict[str, Any]) -> list[tuple[int, str, Any]]:
+def _lane_updates(chunk: dict[str, Any]) -> list[tuple[int, str, Any]]:
     """A packed run's ``updates`` chunk as (lane, node, update under the graph's own keys);
     a lane's failure comes as node ``None`` with the error text."""
     out = []
@@ -239,7 +241,7 @@ async def run_packed(graph, states: Sequence[dict[str, Any]], lanes: Lanes
     outputs: list[list[tuple[str, Any]]] = [[] for _ in states]
     errors: list[str | None] = [None] * len(states)
     async for chunk in graph.astream(packed, context=lanes, stream_mode="updates"):
-        for j, node, update in lane_updates(chunk):
+        for j, node, update in _lane_updates(chunk):
             if errors[j] is not None:
                 continue
             if node is None:
