@@ -382,7 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--resume", action="store_true", help="continue a run; done cells are kept")
     r.add_argument("--concurrency", type=int, help="maximum model calls in flight")
     r.add_argument("--lanes", type=int, help="cells per LangGraph invocation (default: up to "
-                                             "16 for cells of 1-2 calls; results do not change)")
+                                             "16 for cells of 1-2 calls, up to 4 for bigger "
+                                             "ones; results do not change)")
     r.add_argument("--no-cache", action="store_true", help="do not use the cross-run cache")
     r.add_argument("--no-report", action="store_true", help="skip tables and figures")
     r.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -34,7 +34,7 @@ from biaslab.traces.records import SCHEMA_VERSION
 from biaslab.traces.store import STORE_FILE, RunStore
 
 __all__ = ["run_plan", "RunResult", "shared_cache_path", "write_resolved_spec", "open_store",
-           "run_in_progress", "default_lanes", "prepare_store"]
+           "run_in_progress", "default_lanes", "packing", "Packing", "prepare_store"]
 
 
 _COMMIT_EVERY_S = 0.2
@@ -368,17 +368,39 @@ async def _run_batch(plan: Plan, cells: list[Cell], graphs: _Batches, gateway: G
     return [error is None for error in errors]
 
 
+@dataclass(frozen=True)
+class Packing:
+    """How one variant's cells are grouped: `lanes` cells per graph run, at most `runs` graph
+    runs in flight."""
+
+    lanes: int
+    runs: int
+
+
 def default_lanes(concurrency: int, calls_per_cell: float = 1.0) -> int:
     """Cells per graph run when the spec does not say.
 
-    Packing pays LangGraph's per-run set-up once per batch, which is most of what a cell of one
-    or two calls costs; a cell of more calls already spreads it, and its lanes would wait for
-    each other at every step (with spread-out latencies that cost E2 about a tenth of its
-    throughput: bench/results.md). So: as many as the concurrency, at most 16, for cells of up
-    to two calls; one cell per run otherwise."""
-    if calls_per_cell > 2:
+    Packing pays LangGraph's per-run set-up once per batch: most of what a cell of one or two
+    calls costs, and a fifth of what an E2 cell costs. Lanes wait for each other at every step,
+    so cells of several steps pack by at most 4 (with more batches in flight, `packing`).
+    At concurrency 1 cells run one at a time, in order, as someone stepping through a run
+    expects. Measured in bench/results.md."""
+    if concurrency <= 1:
         return 1
-    return max(1, min(16, concurrency))
+    return min(16 if calls_per_cell <= 2 else 4, concurrency)
+
+
+def packing(concurrency: int, calls_per_cell: float, lanes: int | None = None) -> Packing:
+    """`lanes` (default `default_lanes`) and the graph runs in flight that keep the gateway's
+    slots full. Cells of one or two calls: 4x the concurrency in cells, as more only queue at
+    the gateway (and cost CPU). Cells of several steps: 4x the concurrency in graph runs, since
+    a cell spends steps on cache hits and plain code, and lanes wait at each step for the
+    slowest of them (with spread-out latencies, fewer runs cost E2 a fifth of its throughput)."""
+    k = lanes or default_lanes(concurrency, calls_per_cell)
+    if concurrency <= 1:
+        return Packing(k, 1)
+    runs = 4 * concurrency if calls_per_cell > 2 else -(-4 * concurrency // k)
+    return Packing(k, runs)
 
 
 async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
@@ -425,13 +447,13 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
     bar = _Progress(result.cells_total, gateway.counters, progress)
     chosen = lanes or plan.spec.run.lanes
     first_item = next(iter(plan.protocol.items(plan.options)), None)
-    k = {v: chosen or default_lanes(gateway.concurrency, plan.protocol.estimate(
-            v, first_item, plan.options)["calls"] if first_item is not None else 1.0)
-         for v in plan.protocol.variants(plan.options)}
-    # Lanes of a batch wait for each other at every step: four times the cells the concurrency
-    # needs keep the gateway's slots full (calls beyond it queue there, cheaply).
-    workers_n = gateway.concurrency if max(k.values()) == 1 else \
-        -(-4 * gateway.concurrency // max(k.values()))
+    packs = {v: packing(gateway.concurrency, plan.protocol.estimate(
+                 v, first_item, plan.options)["calls"] if first_item is not None else 1.0, chosen)
+             for v in plan.protocol.variants(plan.options)}
+    k = {v: p.lanes for v, p in packs.items()}
+    # Each variant keeps to its own number of graph runs in flight (a plan mixes variants).
+    in_flight = {v: asyncio.Semaphore(p.runs) for v, p in packs.items()}
+    workers_n = max(p.runs for p in packs.values())
     queue: asyncio.Queue = asyncio.Queue(maxsize=2 * workers_n)
     started = time.monotonic()
 
@@ -457,7 +479,9 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
 
     async def work():
         while (batch := await queue.get()) is not None:
-            for ok in await _run_batch(plan, batch, graphs, gateway, store):
+            async with in_flight[batch[0].variant]:
+                oks = await _run_batch(plan, batch, graphs, gateway, store)
+            for ok in oks:
                 result.cells_run += 1
                 result.cells_failed += not ok
                 bar.advance()

@@ -49,8 +49,9 @@ class RunSettings(_Strict):
     """First backoff step; doubles per attempt, with full jitter."""
     lanes: int | None = Field(default=None, ge=1, le=64)
     """Cells run side by side in one LangGraph invocation (`biaslab.graphs.lanes`); default:
-    the concurrency, at most 16, for cells of up to two calls, else 1 (`default_lanes`). 1
-    runs every cell in its own invocation. Results do not depend on it."""
+    the concurrency, at most 16 for cells of up to two calls and at most 4 for bigger ones,
+    and 1 at concurrency 1 (`biaslab.experiments.runner.packing`). 1 runs every cell in its
+    own invocation. Results do not depend on it."""
 
 
 class ConditionSettings(_Strict):
