@@ -42,3 +42,22 @@ def test_local_identity_is_the_file_served(tmp_path, monkeypatch):
 def test_unknown_provider_is_one_line():
     with pytest.raises(UserError, match="unknown model 'claude:x'"):
         parse_model("claude:x")
+
+
+def test_local_identity_separates_order_dependent_answers(monkeypatch):
+    """With determinism off the local model's answers depend on call order, so they get their
+    own cache keys; the default's keys stay what they were (existing caches still hit)."""
+    from biaslab.traces.cache import cache_key
+
+    monkeypatch.delenv("BIASLAB_LOCAL_DETERMINISTIC", raising=False)
+    default = parse_model("local").identity()
+    monkeypatch.setenv("BIASLAB_LOCAL_DETERMINISTIC", "1")
+    explicit_on = parse_model("local").identity()
+    monkeypatch.setenv("BIASLAB_LOCAL_DETERMINISTIC", "0")
+    off = parse_model("local").identity()
+    assert default == explicit_on and set(default) == {"provider", "model", "base_url"}
+    messages, params = [{"role": "user", "content": "hi"}], {"seed": 1}
+    assert cache_key(off, messages, params, 0) != cache_key(default, messages, params, 0)
+    monkeypatch.setenv("BIASLAB_LOCAL_DETERMINISTIC", "maybe")
+    with pytest.raises(UserError, match="BIASLAB_LOCAL_DETERMINISTIC must be 1 or 0"):
+        parse_model("local").identity()

@@ -94,14 +94,19 @@ class ModelSpec(BaseModel):
     def identity(self) -> dict[str, Any]:
         """What makes two calls the same model call (part of the cache key)."""
         model = self.model
+        extra: dict[str, Any] = {}
         if self.provider == "local":  # the file actually served, whichever way it was chosen
-            from biaslab.agents.providers.local import resolve_model_path
+            from biaslab.agents.providers.local import deterministic_default, resolve_model_path
             model = _file_identity(resolve_model_path(self.model or None))
+            if not deterministic_default():
+                # Answers that depend on call order must never be replayed into a
+                # deterministic run (nor the other way round); the default keeps its keys.
+                extra["deterministic"] = False
         base_url = self.resolved_base_url()
         # Credentials in the URL are not part of what answers: the same endpoint with another
         # key gives the same answers, and the cache key is written next to the response.
         return {"provider": self.provider, "model": model,
-                "base_url": strip_credentials(base_url) if base_url else None}
+                "base_url": strip_credentials(base_url) if base_url else None, **extra}
 
     def public(self) -> dict[str, Any]:
         """Everything safe to record, including the endpoint actually used (resolved from
