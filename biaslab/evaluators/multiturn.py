@@ -119,9 +119,8 @@ def cumulative_ratio(labels, *, ended: Sequence[int] | None = None) -> np.ndarra
     reply in turns 1..t (0: none so far; 1: every dialogue). Non-decreasing in t when no
     label is missing."""
     m = _matrix(labels)
-    return np.array([np.nanmean(ever_biased(m, t, ended=ended))
-                     if not np.isnan(ever_biased(m, t, ended=ended)).all() else np.nan
-                     for t in range(1, m.shape[1] + 1)])
+    upto = [ever_biased(m, t, ended=ended) for t in range(1, m.shape[1] + 1)]
+    return np.array([np.nan if np.isnan(e).all() else np.nanmean(e) for e in upto])
 
 
 def late_emergence(short_ever, long_ever, *, n_resamples: int = 2000,

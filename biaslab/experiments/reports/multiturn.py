@@ -83,6 +83,11 @@ def _ran(dialogues: pd.DataFrame) -> np.ndarray:
     return dialogues["n_turns"].to_numpy(dtype=int)
 
 
+def _ever(dialogues: pd.DataFrame) -> np.ndarray:
+    """Per dialogue, whether any turn it ran was biased (NaN: unknown)."""
+    return mt.ever_biased(label_matrix(dialogues), ended=_ran(dialogues))
+
+
 def _prefixed(prefix: str, r: mt.Ratio) -> dict[str, Any]:
     return {prefix: r.value, f"{prefix}_ci_low": r.ci_low, f"{prefix}_ci_high": r.ci_high}
 
@@ -141,9 +146,7 @@ def late_emergence_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFr
         if len(caps) < 2:
             continue
         short, long_ = caps[0], caps[-1]
-        ever = part.assign(ever=[mt.ever_biased(label_matrix(part.iloc[[i]]),
-                                                ended=_ran(part.iloc[[i]]))[0]
-                                 for i in range(len(part))])
+        ever = part.assign(ever=_ever(part))
         a = ever[ever["cap"] == short].set_index(keys)["ever"]
         b = ever[ever["cap"] == long_].set_index(keys)["ever"]
         joined = pd.concat([a.rename("short"), b.rename("long")], axis=1, join="inner")
@@ -169,7 +172,7 @@ def _nanmean(values) -> float:
 def by_category_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
     rows = []
     for key, part in dialogues.groupby([*_GRID, "category"], sort=True):
-        ever = mt.ever_biased(label_matrix(part), ended=_ran(part))
+        ever = _ever(part)
         rows.append({**dict(zip([*_GRID, "category"], key)), "n_dialogues": len(part),
                      **_prefixed("cum_bias", mt.ratio_ci(ever, n_resamples=n_resamples))})
     return pd.DataFrame(rows)
@@ -207,9 +210,7 @@ def diversity_table(turns: pd.DataFrame) -> pd.DataFrame:
 def exposure_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
     if (dialogues["condition"] != "none").sum() == 0:
         return pd.DataFrame()
-    frame = dialogues.assign(cum_bias=[
-        mt.ever_biased(label_matrix(dialogues.iloc[[i]]), ended=_ran(dialogues.iloc[[i]]))[0]
-        for i in range(len(dialogues))])
+    frame = dialogues.assign(cum_bias=_ever(dialogues))
     return paired_condition_effects(frame, value="cum_bias", pair_on=["seed_id", "seed"],
                                     by=["variant", "model"], n_resamples=n_resamples)
 
