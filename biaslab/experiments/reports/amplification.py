@@ -28,11 +28,11 @@ from matplotlib.patches import Patch
 
 from biaslab.datasets.student import cached_ml_predictor, cached_split
 from biaslab.evaluators.amplification import CLEAN, aggregate_over_seeds
+from biaslab.experiments.reports.markdown import to_markdown
 
 __all__ = [
     "format_fbs",
     "table1",
-    "to_markdown",
     "write_tables",
     "fbs_scatter_figure",
     "target_markers",
@@ -116,29 +116,6 @@ def table1(aggregated: pd.DataFrame) -> pd.DataFrame:
     for rec in agg.itertuples(index=False):
         out.loc[tuple(getattr(rec, c) for c in _ROW_LEVELS), rec.model] = rec.fbs_cell
     return out
-
-
-def _md_cell(x: Any) -> str:
-    if isinstance(x, float):
-        s = "" if math.isnan(x) else f"{x:.4g}"
-    else:
-        s = str(x)
-    return s.replace("|", "\\|").replace("\n", " ")
-
-
-def to_markdown(df: pd.DataFrame, *, index: bool = True) -> str:
-    """GitHub-flavoured Markdown table (no ``tabulate`` dependency).
-
-    With ``index=True`` the (Multi)index levels become the leading columns.
-    """
-    frame = df.reset_index() if index else df
-    if isinstance(frame.columns, pd.MultiIndex):
-        frame.columns = [" / ".join(str(c) for c in col if str(c)) for col in frame.columns]
-    header = [_md_cell(c) for c in frame.columns]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for rec in frame.itertuples(index=False, name=None):
-        lines.append("| " + " | ".join(_md_cell(v) for v in rec) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def write_tables(metrics: pd.DataFrame, aggregated: pd.DataFrame, superadd: pd.DataFrame,

@@ -35,6 +35,7 @@ from matplotlib.figure import Figure
 from biaslab.datasets.bbq import LESS_STUDIED, MORE_STUDIED, REGENERATED_LABEL, study_group
 from biaslab.evaluators.augmentation import (CONDITION_ORDER, bbq_metrics, decisive_rates,
                                              exposure_effects, pass_rates)
+from biaslab.experiments.reports.markdown import to_markdown
 from biaslab.prompts.exposure import condition_id
 
 __all__ = ["rows_frame", "scenarios_frame", "summary_frame", "write_report", "export_augmented",
@@ -93,14 +94,6 @@ def _ci(value: float, low: float, high: float, digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return "–"
     return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
-
-
-def _md(frame: pd.DataFrame, note: str = "") -> str:
-    cols = list(frame.columns)
-    lines = ["| " + " | ".join(str(c) for c in cols) + " |", "|" + "---|" * len(cols)]
-    for _, row in frame.iterrows():
-        lines.append("| " + " | ".join(str(row[c]) for c in cols) + " |")
-    return "\n".join(lines) + ("\n\n" + note if note else "") + "\n"
 
 
 def table2(rows: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
@@ -218,7 +211,9 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
         frame.to_csv(tables / f"{name}.csv", index=False)
         written.append(tables / f"{name}.csv")
         if md:
-            (tables / f"{name}.md").write_text(_md(frame, note), encoding="utf-8")
+            (tables / f"{name}.md").write_text(
+                to_markdown(frame, index=False, digits=None) + (f"\n{note}\n" if note else ""),
+                encoding="utf-8")
             written.append(tables / f"{name}.md")
 
     clean = rows[rows["exposure"] == "none"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import html
-import json
 import math
 from pathlib import Path
 from typing import Any, Iterable

@@ -31,7 +31,7 @@ from matplotlib.ticker import MaxNLocator
 
 from biaslab.evaluators import multiturn as mt
 from biaslab.evaluators.exposure_effects import paired_condition_effects
-from biaslab.experiments.reports.amplification import to_markdown
+from biaslab.experiments.reports.markdown import to_markdown
 from biaslab.graphs.multiturn import parse_variant
 from biaslab.prompts.exposure import condition_id
 

@@ -24,20 +24,18 @@ Figures (``figures/``, PNG and SVG): ``overlap_hist``, ``per_attribute``,
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from biaslab.errors import UserError
 from biaslab.evaluators import roleplay as rp
 from biaslab.evaluators.exposure_effects import paired_condition_effects
 from biaslab.experiments.reports.generic import with_condition
+from biaslab.experiments.reports.markdown import to_markdown
 from biaslab.prompts.registry import PromptRegistry
 
 __all__ = ["questions_frame", "bias_type_frame", "write_report", "write_generation_report",
@@ -135,23 +133,6 @@ def oracle_reliability(responses: pd.DataFrame, human: pd.DataFrame | None = Non
 
 
 # -- writing ---------------------------------------------------------------------------------
-def _md(frame: pd.DataFrame, index: bool = True) -> str:
-    data = frame.reset_index() if index else frame
-    if isinstance(data.columns, pd.MultiIndex):
-        data.columns = [" / ".join(str(x) for x in c if str(x)) for c in data.columns]
-
-    def cell(x: Any) -> str:
-        if isinstance(x, float):
-            return "" if math.isnan(x) else f"{x:.3g}"
-        return str(x).replace("|", "\\|")
-
-    head = "| " + " | ".join(map(str, data.columns)) + " |"
-    rule = "|" + "|".join("---" for _ in data.columns) + "|"
-    body = ["| " + " | ".join(cell(x) for x in row) + " |"
-            for row in data.itertuples(index=False)]
-    return "\n".join([head, rule, *body]) + "\n"
-
-
 def _save(fig: Figure, out: Path, name: str) -> list[Path]:
     FigureCanvasAgg(fig)
     fig.tight_layout()
@@ -264,7 +245,7 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
         written.append(path)
         if markdown:
             md = tables / f"{name}.md"
-            md.write_text(_md(frame, index=index), encoding="utf-8")
+            md.write_text(to_markdown(frame, index=index, digits=3), encoding="utf-8")
             written.append(md)
 
     questions = questions_frame(store)
