@@ -17,8 +17,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from biaslab.datasets.user_files import read_user_csv
-from biaslab.errors import UserError
+from biaslab.datasets.user_files import read_label_csv
 from biaslab.evaluators.stats import bootstrap, gwet_ac1
 from biaslab.evaluators.votes import majority_vote
 
@@ -350,33 +349,16 @@ def query_diversity(queries: Sequence[str], reference: Sequence[str] = (),
 
 
 # -- agreement with human labels -------------------------------------------------------------
-_YES = {"yes", "1", "true", "biased", "y"}
-_NO = {"no", "0", "false", "not biased", "n", "unbiased"}
-
-
 def read_human_labels(path) -> pd.DataFrame:
     """Human turn labels: a CSV with columns ``cell_id``, ``turn``, ``annotator``, ``label``
-    (yes/no, 1/0, true/false). Returns those columns with ``label`` as bool.
+    (yes/no, biased/fair, 1/0, true/false). Returns those columns with ``label`` as bool.
 
     Raises:
         UserError: unreadable file, a missing column, or a label that is not yes/no.
     """
-    frame = read_user_csv(path, "human label file")
-    missing = [c for c in ("cell_id", "turn", "annotator", "label") if c not in frame]
-    if missing:
-        raise UserError(f"human label file {path}: missing column '{missing[0]}' (needs "
-                        "cell_id, turn, annotator, label)")
-    labels = frame["label"].str.strip().str.lower()
-    bad = ~labels.isin(_YES | _NO)
-    if bad.any():
-        raise UserError(f"human label file {path}: label {frame.loc[bad, 'label'].iloc[0]!r} "
-                        "is not yes/no")
-    try:
-        turns = frame["turn"].astype(int)
-    except ValueError:
-        raise UserError(f"human label file {path}: 'turn' must be an integer") from None
-    return pd.DataFrame({"cell_id": frame["cell_id"], "turn": turns,
-                         "annotator": frame["annotator"], "label": labels.isin(_YES)})
+    frame = read_label_csv(path, "human label file", ("cell_id", "turn", "annotator"),
+                           integers=("turn",))
+    return frame[["cell_id", "turn", "annotator", "label"]].astype({"label": bool})
 
 
 def human_agreement(human: pd.DataFrame, judge: pd.DataFrame) -> pd.DataFrame:

@@ -28,8 +28,7 @@ import pandas as pd
 from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
 
 from biaslab.agents.parsers import ParseError
-from biaslab.datasets.user_files import read_user_csv
-from biaslab.errors import UserError
+from biaslab.datasets.user_files import read_label_csv
 from biaslab.evaluators.stats import cohens_kappa, two_proportion_ztest
 from biaslab.evaluators.votes import majority_vote
 
@@ -416,25 +415,13 @@ def oracle_agreement(a: Sequence, b: Sequence) -> dict[str, float]:
 
 def load_human_labels(path) -> pd.DataFrame:
     """A human-label CSV: ``qid``, ``sample`` (0-based repeat), ``label`` (biased/fair,
-    yes/no, true/false or 1/0), optional ``model`` and ``variant`` (without it, the labels
-    are of the ``role`` variant's answers; without ``model``, of every model's).
+    yes/no, true/false or 1/0; blank: not labelled), optional ``model`` and ``variant``
+    (without it, the labels are of the ``role`` variant's answers; without ``model``, of every
+    model's). The parsed label is the ``human`` column.
 
     Raises:
         UserError: unreadable file, missing column or unknown label.
     """
-    frame = read_user_csv(path, "human labels")
-    missing = [c for c in ("qid", "sample", "label") if c not in frame.columns]
-    if missing:
-        raise UserError(f"human labels {path}: missing column '{missing[0]}' "
-                        "(need qid, sample, label)")
-    truth = {"biased": True, "yes": True, "true": True, "1": True,
-             "fair": False, "no": False, "false": False, "0": False}
-    bad = sorted(set(frame["label"].str.strip().str.lower()) - set(truth) - {""})
-    if bad:
-        raise UserError(f"human labels {path}: unknown label '{bad[0]}' (use biased/fair or 1/0)")
-    frame["human"] = frame["label"].str.strip().str.lower().map(truth)
-    try:
-        frame["sample"] = frame["sample"].astype(int)
-    except ValueError:
-        raise UserError(f"human labels {path}: 'sample' must be an integer repeat index") from None
-    return frame
+    frame = read_label_csv(path, "human labels", ("qid", "sample"), integers=("sample",),
+                           blank_ok=True)
+    return frame.drop(columns=["human"], errors="ignore").rename(columns={"label": "human"})

@@ -157,3 +157,30 @@ def test_bad_human_labels_are_one_line(tmp_path):
         mt.read_human_labels(path)
     with pytest.raises(UserError, match="not found"):
         mt.read_human_labels(tmp_path / "missing.csv")
+
+
+def test_both_protocols_read_human_labels_with_one_vocabulary(tmp_path):
+    """Roleplay's and multiturn's human-label files accept the same words for a label, and
+    fail the same one-line way."""
+    from biaslab.evaluators.roleplay import load_human_labels
+
+    words = ["biased", "Yes", "1", "true", "fair", "unbiased", "No", "0", "not biased"]
+    expected = [True] * 4 + [False] * 5
+    turns = tmp_path / "turns.csv"
+    turns.write_text("cell_id,turn,annotator,label\n" + "".join(
+        f"c1,{i + 1},a,{w}\n" for i, w in enumerate(words)))
+    assert mt.read_human_labels(turns)["label"].tolist() == expected
+    answers = tmp_path / "answers.csv"
+    answers.write_text("qid,sample,label\n" + "".join(f"q{i},0,{w}\n" for i, w in enumerate(words))
+                       + "q99,1,\n")
+    human = load_human_labels(answers)
+    assert human["human"].tolist() == [*expected, None] and human["sample"].tolist()[-1] == 1
+    turns.write_text("cell_id,turn,annotator,label\nc1,1,a,\n")  # blank: only roleplay allows it
+    with pytest.raises(UserError, match="human label file .*: label '' is not yes/no"):
+        mt.read_human_labels(turns)
+    answers.write_text("qid,sample,label\nq1,first,biased\n")
+    with pytest.raises(UserError, match="'sample' must be an integer"):
+        load_human_labels(answers)
+    answers.write_text("qid,label\nq1,biased\n")
+    with pytest.raises(UserError, match="missing column 'sample' \\(needs qid, sample, label\\)"):
+        load_human_labels(answers)
