@@ -32,6 +32,9 @@ from biaslab.viewer.store_queries import ViewerQueries
 __all__ = ["ViewerApp", "make_server", "serve", "highlight_spans", "DEFAULT_VIEWER_PORT"]
 
 
+_UNSET: Any = object()  # "not looked up yet", unlike None ("no clean cell")
+
+
 def highlight_spans(content: str, texts: list[str]) -> list[list[int]]:
     """[start, end) spans of every occurrence of each exposure text in a message."""
     spans = []
@@ -124,15 +127,19 @@ class ViewerApp:
             return self.compare(params.get("cell", ""), params.get("other"))
         raise KeyError(f"unknown API route {route}")
 
-    def _marked(self, call: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
-        """Add ``highlights`` (spans per message) and ``exposure_texts`` to a call."""
+    def _marked(self, call: dict[str, Any], cell: dict[str, Any], clean: Any = _UNSET
+                ) -> dict[str, Any]:
+        """Add ``highlights`` (spans per message) and ``exposure_texts`` to a call. `clean`:
+        the cell's clean counterpart when the caller already has it (one query per page, not
+        one per call)."""
         texts = self.exposure_texts(cell["variant"], cell["condition"]) \
             if call.get("exposed") else []
         method = "template"
         spans = [highlight_spans(m.get("content", ""), texts or []) for m in call["messages"]]
         if call.get("exposed") and (texts is None or not any(spans)):
             method = "diff against the clean cell"
-            clean = self.clean_counterpart(cell)
+            if clean is _UNSET:
+                clean = self.clean_counterpart(cell)
             other = clean and self.q.matching_call(clean["cell_id"], call["node"],
                                                    call.get("item", ""), call.get("sample", 0),
                                                    call.get("attempt", 0))
@@ -179,7 +186,9 @@ class ViewerApp:
                 sides.append(None)
                 continue
             calls = [self.q.call(c["id"]) for c in self.q.cell_calls(side["cell_id"], limit=60)]
-            sides.append({"cell": side, "calls": [self._marked(c, side) for c in calls],
+            clean = self.clean_counterpart(side) if any(c.get("exposed") for c in calls) \
+                else None
+            sides.append({"cell": side, "calls": [self._marked(c, side, clean) for c in calls],
                           "outputs": self.q.outputs(side["cell_id"], limit=60)})
         return {"left": sides[0], "right": sides[1], "siblings": siblings}
 

@@ -111,3 +111,28 @@ def test_highlight_helpers():
 def test_view_rejects_a_directory_that_is_not_a_run(tmp_path, capsys):
     assert main(["view", str(tmp_path)]) == 2
     assert "not a run directory" in capsys.readouterr().err
+
+
+def test_compare_looks_up_the_clean_cell_once_per_side(multiturn_run, tmp_path):
+    """Where exposure texts are unknown, exposed calls are diffed against the clean cell; the
+    compare page finds that cell once per side, not once per call, and marks the same spans."""
+    import shutil
+
+    from biaslab.viewer.server import ViewerApp
+
+    run = tmp_path / "run"
+    shutil.copytree(multiturn_run, run)
+    app = ViewerApp(run)
+    app.exposure_texts = lambda variant, condition: None  # force the diff method
+    lookups = []
+    siblings = app.q.siblings
+    app.q.siblings = lambda cell_id: lookups.append(cell_id) or siblings(cell_id)
+    exposed = next(r for r in app.q.cells({"condition": "target:stereotype"})["rows"])
+    pair = app.compare(exposed["cell_id"], None)
+    right = pair["right"]
+    marked = [c for c in right["calls"] if c["highlight_method"]]
+    assert marked and {c["highlight_method"] for c in marked} == {"diff against the clean cell"}
+    assert any(any(spans) for c in marked for spans in c["highlights"])
+    assert len(lookups) <= 3  # the page's siblings, and one clean lookup per side at most
+    one_by_one = [app.call_detail(c["id"])["call"] for c in marked]
+    assert [c["highlights"] for c in one_by_one] == [c["highlights"] for c in marked]
