@@ -130,8 +130,7 @@ class ViewerApp:
     def _marked(self, call: dict[str, Any], cell: dict[str, Any], clean: Any = _UNSET
                 ) -> dict[str, Any]:
         """Add ``highlights`` (spans per message) and ``exposure_texts`` to a call. `clean`:
-        the cell's clean counterpart when the caller already has it (one query per page, not
-        one per call)."""
+        the cell's clean counterpart when the caller already has it (no query per call)."""
         texts = self.exposure_texts(cell["variant"], cell["condition"]) \
             if call.get("exposed") else []
         method = "template"
@@ -173,22 +172,26 @@ class ViewerApp:
         if cell is None:
             raise KeyError("no such cell")
         siblings = self.q.siblings(cell_id)
+        clean = next((s for s in siblings if s["condition"] == "none"), None)
         if other_id:
             other = self.q.cell(other_id)
         elif cell["condition"] == "none":
             other = next((s for s in siblings if s["condition"] != "none"), None)
         else:
-            other = self.clean_counterpart(cell)
+            other = clean
         left, right = (cell, other) if cell["condition"] == "none" else (other, cell)
+        point = {s["cell_id"] for s in siblings}
         sides = []
         for side in (left, right):
             if side is None:
                 sides.append(None)
                 continue
             calls = [self.q.call(c["id"]) for c in self.q.cell_calls(side["cell_id"], limit=60)]
-            clean = self.clean_counterpart(side) if any(c.get("exposed") for c in calls) \
-                else None
-            sides.append({"cell": side, "calls": [self._marked(c, side, clean) for c in calls],
+            # a side at this grid point shares its clean cell; another (`other_id` elsewhere)
+            # looks its own up, and only if a call needs it
+            side_clean = clean if side["cell_id"] in point else _UNSET
+            sides.append({"cell": side,
+                          "calls": [self._marked(c, side, side_clean) for c in calls],
                           "outputs": self.q.outputs(side["cell_id"], limit=60)})
         return {"left": sides[0], "right": sides[1], "siblings": siblings}
 
