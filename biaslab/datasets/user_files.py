@@ -38,10 +38,11 @@ def read_label_csv(path: str | Path, what: str, columns: Sequence[str], *,
             non-integer in an integer column; one line naming the file.
     """
     frame = read_user_csv(path, what)
-    missing = [c for c in (*columns, "label") if c not in frame.columns]
+    needed = (*columns, "label")
+    missing = [c for c in needed if c not in frame.columns]
     if missing:
         raise UserError(f"{what} {path}: missing column '{missing[0]}' (needs "
-                        f"{', '.join(dict.fromkeys((*columns, 'label')))})")
+                        f"{', '.join(needed)})")
     words = frame["label"].str.strip().str.lower()
     known = words.isin(BIASED_WORDS | NOT_BIASED_WORDS) | ((words == "") & blank_ok)
     if not known.all():

@@ -450,7 +450,6 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
     packs = {v: packing(gateway.concurrency, plan.protocol.estimate(
                  v, first_item, plan.options)["calls"] if first_item is not None else 1.0, chosen)
              for v in plan.protocol.variants(plan.options)}
-    k = {v: p.lanes for v, p in packs.items()}
     # Each variant keeps to its own number of graph runs in flight (a plan mixes variants).
     in_flight = {v: asyncio.Semaphore(p.runs) for v, p in packs.items()}
     workers_n = max(p.runs for p in packs.values())
@@ -468,7 +467,8 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
                 result.cells_skipped += 1
                 bar.advance()
                 continue
-            if batch and (len(batch) == k[batch[0].variant] or batch[0].variant != cell.variant):
+            if batch and (len(batch) == packs[batch[0].variant].lanes
+                          or batch[0].variant != cell.variant):
                 await queue.put(batch)
                 batch = []
             batch.append(cell)
