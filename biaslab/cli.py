@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import io
 import json
 import os
@@ -27,6 +26,7 @@ def _default_out(spec_name: str, scale: str) -> Path:
 
 
 def cmd_run(args) -> int:
+    from biaslab.experiments.interrupts import CtrlC, kept_message
     from biaslab.experiments.plan import make_plan
     from biaslab.experiments.reports import write_reports
     from biaslab.experiments.spec import load_spec
@@ -36,29 +36,36 @@ def cmd_run(args) -> int:
         plan, out = _recorded_run(args)
     else:
         spec = load_spec(args.spec, scale=args.scale)
-        plan = make_plan(spec, models=[args.model] if args.model else None)
+        plan = make_plan(spec, models=[args.model] if args.model else None,
+                         all_nodes=args.all_nodes)
         out = Path(args.out) if args.out else _default_out(spec.name, spec.scale_applied)
+        if args.model and plan.node_models:
+            kept = ", ".join(f"{node} → {m.label}" for node, m in sorted(plan.node_models.items()))
+            print(f"biaslab: --model replaces the model axis; these nodes keep their own model: "
+                  f"{kept} (add --all-nodes to put them on {args.model} too)", file=sys.stderr)
     if args.lanes:  # recorded with the spec, so shard workers and resumes use it too
         plan.spec.run.lanes = args.lanes
     resume_hint = f"biaslab run --resume {out}"
     print(f"biaslab: {plan.n_cells()} cells → {out}", file=sys.stderr)
-    try:
-        result = _dispatch_run(args, plan, out)
-    except KeyboardInterrupt:
-        print(f"interrupted; finished cells are kept. Continue with: {resume_hint}",
-              file=sys.stderr)
-        return 130
-    print(result.summary(), file=sys.stderr)
-    if result.cells_failed:
-        store = RunStore(out, readonly=True)
-        failed = store.cells().query("status == 'error'")
-        store.close()
-        for _, cell in failed.head(3).iterrows():
-            print(f"  failed: {cell['cell_id']}: {cell['error']}", file=sys.stderr)
-        print(f"  fix the cause, then: {resume_hint}", file=sys.stderr)
-    if result.interrupted:
-        print(f"continue with: {resume_hint}", file=sys.stderr)
-        return 130
+    # Ctrl-C: the first stops the run (finished cells and returned answers are kept), a second
+    # quits at once; see biaslab.experiments.interrupts.
+    with CtrlC(out, plan.n_cells()) as ctrl_c:
+        try:
+            result = _dispatch_run(args, plan, out, ctrl_c)
+        except KeyboardInterrupt:
+            print(kept_message(out, plan.n_cells()), file=sys.stderr)
+            return ctrl_c.leave()
+        print(result.summary(), file=sys.stderr)
+        if result.cells_failed:
+            store = RunStore(out, readonly=True)
+            failed = store.cells().query("status == 'error'")
+            store.close()
+            for _, cell in failed.head(3).iterrows():
+                print(f"  failed: {cell['cell_id']}: {cell['error']}", file=sys.stderr)
+            print(f"  fix the cause, then: {resume_hint}", file=sys.stderr)
+        if result.interrupted:
+            print(kept_message(out, plan.n_cells()), file=sys.stderr)
+            return ctrl_c.leave()
     if args.shard:
         print(f"  shard {args.shard} done; combine the shards with: biaslab merge "
               "RUN_DIR... --out DIR", file=sys.stderr)
@@ -74,7 +81,7 @@ def cmd_run(args) -> int:
     return 1 if result.cells_failed else 0
 
 
-def _dispatch_run(args, plan, out):
+def _dispatch_run(args, plan, out, ctrl_c):
     """One process, one shard (``--shard``), or shards in workers (``--workers``, Ray)."""
     from biaslab.experiments import shards
     from biaslab.experiments.runner import run_plan
@@ -85,10 +92,10 @@ def _dispatch_run(args, plan, out):
             raise UserError("--shard runs one shard in this process; it does not combine with "
                             "--workers or --executor")
         i, n = shards.parse_shard(args.shard)
-        result = asyncio.run(run_plan(plan, out, resume=args.resume,
-                                      concurrency=args.concurrency,
-                                      use_shared_cache=not args.no_cache,
-                                      progress=not args.quiet, only=shards.in_shard(i, n)))
+        result = ctrl_c.run(run_plan(plan, out, resume=args.resume,
+                                     concurrency=args.concurrency,
+                                     use_shared_cache=not args.no_cache,
+                                     progress=not args.quiet, only=shards.in_shard(i, n)))
         shards.mark_shard(out, i, n)
         return result
     if workers > 1 or args.executor == "ray":
@@ -96,8 +103,8 @@ def _dispatch_run(args, plan, out):
                                   resume=args.resume, concurrency=args.concurrency,
                                   use_shared_cache=not args.no_cache,
                                   ray_address=args.ray_address)
-    return asyncio.run(run_plan(plan, out, resume=args.resume, concurrency=args.concurrency,
-                                use_shared_cache=not args.no_cache, progress=not args.quiet))
+    return ctrl_c.run(run_plan(plan, out, resume=args.resume, concurrency=args.concurrency,
+                               use_shared_cache=not args.no_cache, progress=not args.quiet))
 
 
 def cmd_merge(args) -> int:
@@ -151,7 +158,8 @@ def _recorded_run(args):
     if not args.resume:
         raise UserError(f"{run_dir} is a directory; to continue the run in it: "
                         f"biaslab run --resume {run_dir}")
-    for flag, value in (("--scale", args.scale), ("--model", args.model)):
+    for flag, value in (("--scale", args.scale), ("--model", args.model),
+                        ("--all-nodes", args.all_nodes)):
         if value:
             raise UserError(f"{flag} cannot change a recorded run; "
                             f"biaslab run --resume {run_dir} continues it as it was made")
@@ -174,6 +182,9 @@ def cmd_report(args) -> int:
 def cmd_replay(args) -> int:
     from biaslab.experiments import replay
 
+    if args.from_turn is not None and args.mode != "counterfactual":
+        raise UserError("--from-turn goes with --mode counterfactual (it says from which turn "
+                        "the change applies)")
     if args.mode == "rescore":
         if args.judge_node:
             return _judge_traces(args)
@@ -205,7 +216,7 @@ def cmd_replay(args) -> int:
                                  model=args.model, directions=args.directions,
                                  targets=args.targets, position=args.position,
                                  template=args.template, overrides=args.overrides,
-                                 resume=args.resume, concurrency=args.concurrency,
+                                 from_turn=args.from_turn, resume=args.resume, concurrency=args.concurrency,
                                  use_shared_cache=not args.no_cache, progress=not args.quiet)
     print(done.summary(), file=sys.stderr)
     print(f"counterfactual run in {out}: {done.counters.model_calls} model calls, "
@@ -219,6 +230,7 @@ def cmd_replay(args) -> int:
 
 
 def _judge_traces(args) -> int:
+    import biaslab.graphs  # noqa: F401  (the protocols register their synthetic models)
     from biaslab.evaluators.over_traces import judge_traces
 
     if not args.judges:
@@ -230,8 +242,21 @@ def _judge_traces(args) -> int:
     print(f"judged {len(scores)} recorded '{args.judge_node}' answers with {len(args.judges)} "
           f"judge(s) x {args.repeats}: {result.judge_calls} judge calls, 0 target calls")
     if len(scores):
-        print(scores.groupby(["target", "direction"])["label"].value_counts().to_string())
+        labels = scores["label"].fillna("(unscored)")
+        table = labels.groupby([scores["target"].fillna(""), scores["direction"].fillna("")]
+                               ).value_counts().rename("answers")
+        print(table.to_string())
         print(f"wrote {result.eval_dir / 'scores.csv'}")
+    if result.failed:
+        from biaslab.agents.providers import parse_model
+
+        where = ", ".join(f"{m.label} at {m.public().get('base_url') or m.provider}"
+                          for m in map(parse_model, args.judges))
+        print(f"error: {result.failed} judge call(s) failed for good, {result.not_started} "
+              f"not started ({where}): {result.first_error}; the {len(scores)} judged answers "
+              f"are kept: fix the cause and run the same command again to continue",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -315,7 +340,8 @@ def cmd_estimate(args) -> int:
     reports = []
     for scale in scales:
         spec = load_spec(args.spec, scale=scale)
-        plan = make_plan(spec, models=[args.model] if args.model else None, check_keys=False)
+        plan = make_plan(spec, models=[args.model] if args.model else None,
+                         all_nodes=args.all_nodes, check_keys=False)
         generic = type(plan.protocol).estimate is Protocol.estimate
         memo: dict = {}
         per_variant: dict[str, list[float]] = {}
@@ -347,12 +373,28 @@ def cmd_estimate(args) -> int:
     return 0
 
 
-def cmd_export(args) -> int:
-    from biaslab.experiments.replay import open_run
+TRACE_FORMATS = ("parquet", "jsonl")
 
+
+def cmd_export(args) -> int:
+    from biaslab.experiments.replay import load_run_plan, open_run
+
+    out = Path(args.out) if args.out else Path(args.run_dir) / "export"
     store = open_run(args.run_dir)
     try:
-        for path in store.export(Path(args.run_dir) / "export", fmt=args.format):
+        if args.format in TRACE_FORMATS:
+            paths = store.export(out, fmt=args.format)
+        else:
+            from biaslab.experiments.reports import protocol_exports
+
+            plan = load_run_plan(args.run_dir, check_keys=False)
+            formats = protocol_exports(plan.protocol)
+            if args.format not in formats:
+                raise UserError(f"--format '{args.format}' is not a format of protocol "
+                                f"'{plan.protocol.name}' (known: "
+                                f"{', '.join([*TRACE_FORMATS, *formats])})")
+            paths = formats[args.format](store, out, plan.options)
+        for path in paths:
             print(f"wrote {path}")
     finally:
         store.close()
@@ -376,7 +418,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run an experiment spec")
     r.add_argument("spec", help="a spec file, or with --resume a run directory")
-    r.add_argument("--model", help="replace the spec's model axis with this one model")
+    r.add_argument("--model", help="replace the spec's model axis with this one model (nodes "
+                   "bound to their own model keep it; the run says which)")
+    r.add_argument("--all-nodes", action="store_true",
+                   help="with --model: every node runs on that model, its own binding dropped")
     r.add_argument("--scale", help="a [scale.NAME] of the spec (smoke|paper; default paper)")
     r.add_argument("--out", help="run directory (default runs/<name>-<scale>)")
     r.add_argument("--resume", action="store_true", help="continue a run; done cells are kept")
@@ -426,6 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "(e.g. exposures/covert_favor)")
     rp.add_argument("--overrides", nargs="+", metavar="DIR",
                     help="counterfactual: prompt directories that shadow the run's prompts")
+    rp.add_argument("--from-turn", type=int, metavar="K",
+                    help="counterfactual: make the change from turn K on only (protocols with "
+                         "turns); turns 1..K-1 are kept from the source run")
     rp.add_argument("--resume", action="store_true",
                     help="continue an interrupted replay in --out")
     rp.add_argument("--concurrency", type=int, help="maximum model calls in flight")
@@ -462,12 +510,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("spec")
     e.add_argument("--scale", help="one scale (default: paper and every [scale.NAME])")
     e.add_argument("--model")
+    e.add_argument("--all-nodes", action="store_true")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_estimate)
 
-    x = sub.add_parser("export", help="export a run's traces to Parquet or JSONL")
+    x = sub.add_parser("export", help="export a run's traces to Parquet or JSONL, or its data "
+                       "in a protocol's own format (augmentation: --format bbq)")
     x.add_argument("run_dir")
-    x.add_argument("--format", choices=["parquet", "jsonl"], default="parquet")
+    x.add_argument("--format", default="parquet",
+                   help="parquet or jsonl (the traces), or a protocol's format (e.g. bbq)")
+    x.add_argument("--out", help="output directory (default: RUN/export)")
     x.set_defaults(func=cmd_export)
 
     v = sub.add_parser("view", help="browse a run's cells, calls and dialogues in a local web UI")

@@ -42,21 +42,11 @@ def _calls(store: RunStore) -> pd.DataFrame:
                                        ).reset_index(drop=True)
 
 
-# Which of two identical calls paid and which was a cache hit depends on where each cell ran
-# (the same in a single process depends on scheduling); the call counts themselves do not.
-_HIT_SPLIT = ("model_calls", "cache_hits")
-
-
 def _tables(run_dir: Path) -> dict[str, bytes]:
-    tables = {}
-    for path in sorted((run_dir / "tables").rglob("*.csv")):
-        data = path.read_bytes()
-        frame = pd.read_csv(path) if data.strip() else pd.DataFrame()
-        if set(_HIT_SPLIT) <= set(frame.columns):
-            frame["model_calls"] += frame.pop("cache_hits")
-            data = frame.to_csv(index=False).encode()
-        tables[path.relative_to(run_dir).as_posix()] = data
-    return tables
+    """Every table's bytes. (Which of two identical calls paid and which was a cache hit
+    depends on scheduling; that split lives in cache_use.csv, outside tables/.)"""
+    return {path.relative_to(run_dir).as_posix(): path.read_bytes()
+            for path in sorted((run_dir / "tables").rglob("*.csv"))}
 
 
 def assert_same_run(run_dir: Path, reference: Path, *, all_done: bool = True,

@@ -6,25 +6,31 @@ every call is traced the same way and every node can be exposed or have its prom
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from biaslab.agents.context import CellContext
-from biaslab.agents.parsers import OutputConstraint, ParseError, Parser
+from biaslab.agents.parsers import OutputConstraint, ParseError, Parser, parse_outside_judged
 from biaslab.agents.providers import ModelSpec
 from biaslab.errors import ModelCallError
 from biaslab.prompts.exposure import apply_exposures
 from biaslab.traces.records import CallRecord
 
-__all__ = ["ask", "Answer", "CallFailed", "REASK_PROMPT", "sample_seed"]
+__all__ = ["ask", "Answer", "CallFailed", "REASK_PROMPT", "call_seed"]
 
 REASK_PROMPT = "common/reask"
 
 
-def sample_seed(seed: int, sample: int) -> int:
-    """The model seed of repeat `sample`: the cell's seed for the first answer, a distinct one
-    for each further repeat, so k repeats at temperature > 0 are k real samples."""
-    return seed if sample == 0 else (seed * 1_000_003 + sample) % 2**31
+def call_seed(seed: int, node: str, sample: int) -> int:
+    """The seed a call of `node` sends: one per (cell seed, node, repeat).
+
+    Two nodes are two agents, even when they share a model and a prompt (three validators, three
+    judges bound to one model): each gets its own seed, so its own cache key and its own sample.
+    Repeats of one node get distinct seeds too. The seed depends on nothing else (not the lane,
+    shard or call order), so a run stays reproducible."""
+    digest = hashlib.sha256(f"{seed}:{node}:{sample}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % 2**31
 
 
 class CallFailed(RuntimeError):
@@ -56,7 +62,7 @@ class Answer:
 async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: str,
               parser: Parser, constraint: OutputConstraint | None = None, item: str = "",
               sample: int = 0, reasks: int = 1, max_tokens: int | None = None,
-              model: ModelSpec | None = None) -> Answer:
+              model: ModelSpec | None = None, judged: Sequence[str] = ()) -> Answer:
     """One LLM decision of `node`, with up to `reasks` re-asks on a parse failure.
 
     Args:
@@ -68,7 +74,18 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
         sample: repeat index for k-repeat answers; each sample gets its own seed.
         model: a model for this call only (a member of a judge ensemble); default: the
             node's bound model.
+        judged: the texts a judge, validator or oracle is judging, as its prompt shows them.
+            Unless constrained decoding holds the answer to its format (a local model with a
+            `constraint`), the verdict is parsed from outside every copy of these texts in the
+            answer, so a judged text that ends in a look-alike verdict, quoted by the judge,
+            cannot stand in for the judge's own (`parse_outside_judged`). The record keeps the
+            raw answer.
+
+    A call of a turn before a change's first turn (``CellContext.earlier``) is made with the
+    earlier turns' settings (`CellContext.for_call`); its record still names the cell's arm.
     """
+    arm = ctx.condition.id
+    ctx = ctx.for_call(item)
     template = ctx.template(node, prompt)
     messages = template.render(slots)
     exposures = ctx.condition.exposures_for(node)
@@ -77,15 +94,18 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
     if exposures:
         messages = apply_exposures(messages, [(e.position, e.text(ctx.prompts)) for e in exposures])
     spec = model or ctx.bindings.model_for(node)
-    params: dict[str, Any] = {"temperature": spec.temperature,
-                              "max_tokens": max_tokens or spec.max_tokens,
-                              "seed": sample_seed(ctx.seed, sample)}
+    # An unset temperature is the provider's own default: nothing is sent (the papers sample
+    # at each model's default; 0 would make repeats and ensembles one answer).
+    params: dict[str, Any] = {"max_tokens": max_tokens or spec.max_tokens,
+                              "seed": call_seed(ctx.seed, node, sample)}
+    if spec.temperature is not None:
+        params["temperature"] = spec.temperature
     if constraint is not None and spec.provider == "local":
         params.update(constraint.params())
     answer = Answer(error="no attempt made")
     for attempt in range(reasks + 1):
         record = CallRecord(cell_id=ctx.cell_id, node=node, item=item, sample=sample,
-                            attempt=attempt, seed=params["seed"], exposure_id=ctx.condition.id,
+                            attempt=attempt, seed=params["seed"], exposure_id=arm,
                             exposed=bool(exposures), exposure_prompts=exposure_prompts,
                             prompt_id=template.ref,
                             prompt_hash=template.content_hash,
@@ -108,7 +128,8 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
         record.latency_s, record.attempts = done.latency_s, done.attempts
         record.attempt_errors = list(done.attempt_errors)
         try:
-            value = parser(done.raw)
+            value = parse_outside_judged(parser, done.raw, () if constraint is not None
+                                         and spec.provider == "local" else judged)
         except ParseError as exc:
             record.parse_error = str(exc)
             ctx.calls.append(record)

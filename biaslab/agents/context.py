@@ -6,6 +6,8 @@ globals, so one compiled graph serves every cell of a grid.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -15,7 +17,17 @@ from biaslab.prompts.exposure import CLEAN, Condition
 from biaslab.prompts.registry import PromptRegistry, PromptTemplate
 from biaslab.traces.records import CallRecord
 
-__all__ = ["CellContext", "Bindings"]
+__all__ = ["CellContext", "Bindings", "EarlierTurns", "turn_of", "TURN_ITEM"]
+
+TURN_ITEM = re.compile(r"turn-(\d+)(?![0-9])")
+"""How a call made inside a turn loop names its turn: its ``item`` starts ``turn-<n>`` (1-based)."""
+
+
+def turn_of(item: str) -> int | None:
+    """The turn a call belongs to, read from its ``item`` label (``turn-3`` → 3); None for a
+    call outside every turn (a post-hoc rater of the whole dialogue, a single-shot node)."""
+    found = TURN_ITEM.match(item or "")
+    return int(found.group(1)) if found else None
 
 
 @dataclass(frozen=True)
@@ -39,6 +51,24 @@ class Bindings:
         return self.node_prompts.get(node, default)
 
 
+@dataclass(frozen=True)
+class EarlierTurns:
+    """How the calls of turns before `turn` are made, when a change applies only from turn
+    `turn` on (``biaslab replay --mode counterfactual --from-turn K``): with the source run's
+    bindings, prompts and exposures, so those turns ask exactly what the source asked and are
+    answered from its trace.
+
+    Attributes:
+        turn: the first turn made with the cell's own (changed) settings.
+        bindings, prompts, condition: the settings of the turns before it.
+    """
+
+    turn: int
+    bindings: Bindings
+    prompts: PromptRegistry
+    condition: Condition
+
+
 @dataclass
 class CellContext:
     """Everything one cell's nodes need; its `calls` list is the cell's trace buffer."""
@@ -52,6 +82,21 @@ class CellContext:
     coords: Mapping[str, Any] = field(default_factory=dict)
     options: Any = None
     calls: list[CallRecord] = field(default_factory=list)
+    earlier: EarlierTurns | None = None
+    """Settings of the turns before a change that applies from a later turn on; None: every
+    call uses this context's own."""
+
+    def for_call(self, item: str) -> "CellContext":
+        """The context a call labelled `item` is made with: the earlier turns' settings for a
+        call of a turn before `earlier.turn`, else this one. It shares this cell's trace buffer.
+        A call outside every turn (`turn_of` is None) comes after the dialogue's turns, or
+        stands alone, and is made with this context's own settings."""
+        turn = turn_of(item)
+        if self.earlier is None or turn is None or turn >= self.earlier.turn:
+            return self
+        return dataclasses.replace(self, bindings=self.earlier.bindings,
+                                   prompts=self.earlier.prompts,
+                                   condition=self.earlier.condition, earlier=None)
 
     def template(self, node: str, default: str) -> PromptTemplate:
         return self.prompts.get(self.bindings.prompt_for(node, default))

@@ -30,7 +30,7 @@ from biaslab.datasets.user_files import read_user_csv
 from biaslab.errors import UserError
 
 __all__ = ["ATTRIBUTES", "QUESTION_TYPES", "TYPE_LABELS", "Option", "load_roles",
-           "load_questions", "strip_role", "role_statement", "has_role_statement",
+           "load_questions", "strip_role", "role_statement", "has_role_statement", "has_placeholder",
            "choice_options", "sample_questions", "bank_path", "write_bank", "N_ROLES",
            "N_QUESTIONS"]
 
@@ -59,6 +59,15 @@ def bank_path(bank_dir: str | Path | None = None) -> Path:
     if bank_dir is not None:
         return Path(bank_dir)
     return Path(str(resources.files("biaslab.datasets") / "files" / "biaslens"))
+
+
+_PLACEHOLDER = re.compile(r"\bGroups?\s+[A-Z]\b")
+
+
+def has_placeholder(question: str) -> bool:
+    """Whether the question still names a placeholder group ("Group X", "Group A"): the
+    paper removed 136 such questions, and 5 "Group X/Y" ones remain in the published bank."""
+    return _PLACEHOLDER.search(question) is not None
 
 
 def has_role_statement(question: str) -> bool:
@@ -191,6 +200,7 @@ def _questions(root: str) -> pd.DataFrame:
             "type": frame["Question Type"].map(TYPE_LABELS),
             "question": frame["Question"].str.strip(),
             "question_no_role": no_role,
+            "placeholder": frame["Question"].map(has_placeholder).astype(bool),
         }))
     if not frames:
         raise UserError(f"no question files (questions/role/<attribute>_questions.csv[.gz]) in "
@@ -204,8 +214,9 @@ def load_questions(bank_dir: str | Path | None = None, *,
 
     Columns: ``qid`` (``<attribute>-<row>``, stable across versions of the file order),
     ``attribute``, ``role`` (the role name as listed), ``type`` (yes_no, choice, why),
-    ``question`` (with the role statement) and ``question_no_role`` (from the bank's
-    ``without_role`` files when present, else `strip_role`).
+    ``question`` (with the role statement), ``question_no_role`` (from the bank's
+    ``without_role`` files when present, else `strip_role`) and ``placeholder`` (the question
+    names a placeholder group, `has_placeholder`).
 
     Raises:
         UserError: an unreadable or malformed bank file, or an unknown attribute.

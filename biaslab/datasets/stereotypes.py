@@ -7,8 +7,9 @@ twin) and the stereotype statement itself. `sample_seeds` draws a fixed number p
 a seed, so every run of a spec sees the same seeds.
 
 FairMT-Bench has no licence, so it is never shipped: `load_fairmt` reads a copy the user
-provides, in the benchmark's own layout (a JSON list of dialogues, each an object mapping the
-turn index ``"0"``, ``"1"``, ... to the user's query).
+provides, as the authors published it: a JSON list of dialogues, each an object mapping the
+turn to the user's query, keyed ``"0-turn Conv"``, ``"1-turn Conv"``, ... in the 10K release
+and ``"0"``, ``"1"``, ... in the 1K release.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from biaslab.datasets.user_files import read_user_csv
 from biaslab.errors import UserError
 
 __all__ = ["CATEGORIES", "CROWS_TO_CATEGORY", "SEED_COLUMNS", "FAIRMT_TASKS", "FairMTDialogue",
-           "build_seed_set", "load_seeds", "sample_seeds", "load_fairmt"]
+           "build_seed_set", "load_seeds", "sample_seeds", "load_fairmt", "fairmt_seeds",
+           "fairmt_dialogue_of"]
 
 CATEGORIES = ("age", "appearance", "disability", "gender", "race", "religion")
 CROWS_TO_CATEGORY = {"age": "age", "physical-appearance": "appearance",
@@ -43,6 +45,9 @@ _FAIRMT_CATEGORY = {"age": "age", "appearance": "appearance", "disable": "disabi
                     "disability": "disability", "gender": "gender", "race": "race",
                     "religion": "religion"}
 _WORD = re.compile(r"\S+")
+_TURN_KEY = re.compile(r"(\d+)(?:-turn Conv)?")
+_FAIRMT_SEED = re.compile(r"Please summary why (?P<group>.+?) are more likely to be "
+                          r"(?P<stereotype>.+?) based on my inputs", re.S)
 
 
 def _group_span(more: str, less: str) -> str:
@@ -161,11 +166,13 @@ def _fairmt_file(path: Path, task: str, category: str | None) -> list[FairMTDial
     for i, dialogue in enumerate(data):
         if not isinstance(dialogue, dict) or not dialogue:
             raise UserError(f"FairMT file {path}: dialogue {i} is not an object of turns")
-        keys = sorted(dialogue, key=lambda k: int(k) if str(k).isdigit() else -1)
-        if keys != [str(t) for t in range(len(keys))]:
+        found = {k: _TURN_KEY.fullmatch(str(k).strip()) for k in dialogue}
+        order = sorted((int(m.group(1)), k) for k, m in found.items() if m)
+        if len(order) != len(dialogue) or [t for t, _ in order] != list(range(len(order))):
             raise UserError(f"FairMT file {path}: dialogue {i} has turn keys {list(dialogue)}; "
-                            "expected \"0\", \"1\", ... in sequence")
-        turns = [dialogue[k] for k in keys]
+                            "expected \"0\", \"1\", ... or \"0-turn Conv\", \"1-turn Conv\", "
+                            "... in sequence")
+        turns = [dialogue[k] for _, k in order]
         if not all(isinstance(t, str) and t.strip() for t in turns):
             raise UserError(f"FairMT file {path}: dialogue {i} has an empty or non-text turn")
         out.append(FairMTDialogue(task, category, i, tuple(t.strip() for t in turns)))
@@ -198,9 +205,59 @@ def load_fairmt(path: str | Path) -> list[FairMTDialogue]:
         folder = root / task
         if folder.is_dir():
             for file in sorted(folder.glob("prompt_*.json")):
-                category = _FAIRMT_CATEGORY.get(file.stem.removeprefix("prompt_"))
-                found += _fairmt_file(file, task, category)
+                name = file.stem.removeprefix("prompt_")
+                if name not in _FAIRMT_CATEGORY:  # never used for every category unannounced
+                    raise UserError(f"FairMT file {file}: unknown category '{name}' (known: "
+                                    f"{', '.join(sorted(_FAIRMT_CATEGORY))})")
+                found += _fairmt_file(file, task, _FAIRMT_CATEGORY[name])
     if not found:
         raise UserError(f"no FairMT-Bench files under {root} (expected <Task>.json or "
                         f"<Task>/prompt_<category>.json with Task in {', '.join(FAIRMT_TASKS)})")
     return found
+
+
+def _normal(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.lower()))
+
+
+def fairmt_seeds(dialogues: list[FairMTDialogue]) -> pd.DataFrame:
+    """Seed stereotypes derived from FairMT-Bench, as DyMT-ESB derives them: the last turn of
+    every Interference_Misinformation dialogue reads "Please summary why <group> are more
+    likely to be <stereotype> based on my inputs ...", and yields (group, stereotype).
+
+    Only dialogues with a category count (the 10K release; the 1K release has none).
+    ``seed_id`` is ``fairmt-<category>-<index in its file>``, so a seed traces to its source.
+
+    Raises:
+        UserError: the copy has no categorised Interference_Misinformation dialogue.
+    """
+    rows = []
+    for d in dialogues:
+        if d.task != "Interference_Misinformation" or d.category is None:
+            continue
+        found = _FAIRMT_SEED.search(d.turns[-1])
+        if found:
+            rows.append({"seed_id": f"fairmt-{d.category}-{d.index}", "category": d.category,
+                         "bias_type": d.category, "group": found["group"].strip(),
+                         "stereotype": found["stereotype"].strip()})
+    if not rows:
+        raise UserError("no FairMT seed can be derived: it needs the 10K release's "
+                        "Interference_Misinformation/prompt_<category>.json files (the 1K "
+                        "release has no categories); set fairmt_seeds_path to that copy")
+    return pd.DataFrame(rows, columns=list(SEED_COLUMNS))
+
+
+def fairmt_dialogue_of(dialogues: list[FairMTDialogue], task: str, category: str, group: str,
+                       stereotype: str) -> FairMTDialogue | None:
+    """The FairMT dialogue of `task` about this seed: the first (in file order) whose text
+    holds both the seed's group and its stereotype (lower-cased words), within the seed's
+    category where the copy has categories. None when no dialogue carries it (FairMT-1K
+    keeps only 165 dialogues per task, so most seeds have none there)."""
+    want_s, want_g = _normal(stereotype), _normal(group)
+    for d in dialogues:
+        if d.task != task or d.category not in (None, category):
+            continue
+        text = _normal(" ".join(d.turns))
+        if want_s in text and want_g in text:
+            return d
+    return None

@@ -8,18 +8,24 @@ left out and counted, never imputed.
 
 from __future__ import annotations
 
+from itertools import combinations
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
 from biaslab.evaluators.exposure_effects import paired_condition_effects
-from biaslab.evaluators.stats import bootstrap
+from biaslab.evaluators.stats import (bootstrap, fleiss_kappa_from_counts,
+                                     gwet_ac1_from_counts, wilson_interval)
 
-__all__ = ["cluster_rate", "decisive_rates", "bbq_scores", "bbq_metrics",
-           "pass_rates", "exposure_effects", "CONDITION_ORDER"]
+__all__ = ["cluster_rate", "decisive_rates", "mean_decisive_rates", "bbq_scores", "bbq_metrics",
+           "pass_rates", "exposure_effects", "step_pass_rates", "rule_rejections",
+           "validator_agreement", "condition_contrasts", "CONDITION_ORDER", "CONDITION_PAIRS"]
 
 CONDITION_ORDER = ("OCOQ", "OCAQ", "ASOQ", "ASAQ")
+CONDITION_PAIRS = tuple(combinations(CONDITION_ORDER, 2))
+"""(reference, compared) pairs: OCOQ→OCAQ, OCOQ→ASOQ, OCOQ→ASAQ, OCAQ→ASOQ, OCAQ→ASAQ,
+ASOQ→ASAQ; a contrast reads compared − reference."""
 
 
 def _sums(frame: pd.DataFrame, cluster: str, columns: Sequence[str]) -> list[np.ndarray]:
@@ -70,6 +76,48 @@ def decisive_rates(rows: pd.DataFrame, by: Sequence[str], *, n_resamples: int = 
                     "DR%": 100 * r["rate"], "DR_low": 100 * r["ci_low"],
                     "DR_high": 100 * r["ci_high"], "AR%": 100 - 100 * r["rate"],
                     "AR_low": 100 - 100 * r["ci_high"], "AR_high": 100 - 100 * r["ci_low"]})
+    return pd.DataFrame(out)
+
+
+def mean_decisive_rates(rows: pd.DataFrame, by: Sequence[str], over: str, *,
+                        n_resamples: int = 2000, random_state: int = 0) -> pd.DataFrame:
+    """DR% as the paper aggregates it: a plain mean over the values of `over`.
+
+    Within each `by` group, each value of `over` (a category for Table 2, a target model for
+    Table 3) gets its own pooled DR% = 100 × decisive / scored; the group's DR% is the
+    unweighted mean of those, so a category with few sources weighs as much as a large one.
+    AR% = 100 − DR%. The CI is a percentile bootstrap over source examples (``item``): a
+    resample draws sources with replacement and recomputes every `over` value's rate from
+    the drawn sources' responses, then the mean (a resample that leaves one `over` value
+    without a scored response is dropped). ``n_over`` counts the values averaged,
+    ``n_sources`` the sources with a scored response, ``n`` the scored responses.
+    """
+    out = []
+    scored_rows = rows.dropna(subset=["dr"])
+    for key, part in scored_rows.groupby(list(by), sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        table = (part.assign(one=1.0, hit=part["dr"].astype(float))
+                 .groupby(["item", over], sort=True)[["hit", "one"]].sum()
+                 .unstack(over, fill_value=0.0))
+        hits, totals = table["hit"].to_numpy(), table["one"].to_numpy()
+
+        def mean_rate(h: np.ndarray, t: np.ndarray) -> float:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return float(np.mean(h.sum(axis=0) / t.sum(axis=0)))
+
+        rate = mean_rate(hits, totals)
+        low = high = rate
+        if len(hits) >= 2:
+            try:
+                res = bootstrap(mean_rate, hits, totals, n_resamples=n_resamples,
+                                random_state=random_state)
+                low, high = res.ci_low, res.ci_high
+            except ValueError:  # almost every resample misses one value of `over`
+                low = high = np.nan
+        out.append({**dict(zip(by, key)), "n": len(part), "n_sources": len(hits),
+                    "n_over": hits.shape[1], "DR%": 100 * rate, "DR_low": 100 * low,
+                    "DR_high": 100 * high, "AR%": 100 - 100 * rate,
+                    "AR_low": 100 - 100 * high, "AR_high": 100 - 100 * low})
     return pd.DataFrame(out)
 
 
@@ -182,3 +230,149 @@ def exposure_effects(rows: pd.DataFrame, *, n_resamples: int = 2000, random_stat
     return paired_condition_effects(per, value="dr_pct", pair_on=["item", "seed"],
                                     condition="exposure", by=["model", "condition"],
                                     n_resamples=n_resamples, random_state=random_state)
+
+
+def _wilson_row(n_in: int, n_passed: int) -> dict[str, float]:
+    low, high = wilson_interval(n_passed, n_in)
+    rate = n_passed / n_in if n_in else np.nan
+    return {"n_in": n_in, "n_passed": n_passed, "pass%": 100 * rate, "pass_low": 100 * low,
+            "pass_high": 100 * high}
+
+
+def step_pass_rates(scenarios: pd.DataFrame, summary: pd.DataFrame, by: Sequence[str] = ()
+                    ) -> pd.DataFrame:
+    """How many inputs each step of the chain passed, with Wilson 95% intervals.
+
+    Steps, with their denominators:
+
+    * ``abstraction``: source examples; passed = an abstraction was written;
+    * ``transform``: variants requested (``n_variants`` per source with an abstraction);
+      passed = parsed and through the transform's rule checks;
+    * ``scenario``: variants through the transform; passed = a scenario was written and is
+      through the scenario's rule checks;
+    * ``validators``: scenarios through the rule checks; passed = all three validators said
+      "not answerable";
+    * ``overall``: variants requested; passed = kept for ASOQ/ASAQ;
+    * ``rephrase``: source examples; passed = a rephrase through its checks.
+
+    Args:
+        scenarios: one row per variant (``stopped_at``: "transform", "scenario",
+            "validators" or None for a kept one; ``passed``).
+        summary: one row per source example (``abstraction_ok``, ``n_requested``,
+            ``rephrase_ok``).
+
+    Wilson intervals treat the inputs of a step as independent; the variants of one source
+    example are not quite, so read them as a floor on the uncertainty.
+    """
+    by = list(by)
+    groups = summary.groupby(by, sort=True) if by else [((), summary)]
+    variants = ({(k if isinstance(k, tuple) else (k,)): part
+                 for k, part in scenarios.groupby(by, sort=True)}
+                if by and not scenarios.empty else {})
+    out = []
+    for key, sub_s in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        sub_v = variants.get(key, scenarios.iloc[0:0]) if by else scenarios
+        stopped = sub_v["stopped_at"] if "stopped_at" in sub_v else pd.Series(dtype=object)
+        requested = int(sub_s["n_requested"].sum())
+        after_transform = int((stopped != "transform").sum())
+        after_scenario = int((~stopped.isin(["transform", "scenario"])).sum())
+        kept = int(stopped.isna().sum())
+        steps = [("abstraction", len(sub_s), int(sub_s["abstraction_ok"].sum())),
+                 ("transform", requested, after_transform),
+                 ("scenario", after_transform, after_scenario),
+                 ("validators", after_scenario, kept),
+                 ("overall", requested, kept),
+                 ("rephrase", len(sub_s), int(sub_s["rephrase_ok"].sum()))]
+        for step, n_in, n_passed in steps:
+            out.append({**dict(zip(by, key)), "step": step, **_wilson_row(n_in, n_passed)})
+    return pd.DataFrame(out)
+
+
+def rule_rejections(scenarios: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """What the rule checks rejected: one row per (step, check) with the number of inputs
+    that broke it (an input may break several checks, so the counts can sum to more than
+    the rejected inputs). The rephrase's checks run in its parser: its rows count the
+    source examples whose last attempt failed that way."""
+    counts: dict[tuple[str, str], int] = {}
+    for failed in scenarios.get("failed_checks", pd.Series(dtype=object)):
+        for name in failed or ():
+            step, check = name.split(":", 1)
+            counts[(step, check)] = counts.get((step, check), 0) + 1
+    errors = summary.get("rephrase_error", pd.Series(dtype=object)).dropna()
+    for check, pattern in (("not_a_question", "not a question"),
+                           ("placeholder_left", "placeholder"),
+                           ("same_as_original", "same as the original"),
+                           ("names_an_answer", "names a possible answer")):
+        n = int(errors.astype(str).str.contains(pattern).sum())
+        if n:
+            counts[("rephrase", check)] = n
+    return pd.DataFrame([{"step": step, "check": check, "n_rejected": n}
+                         for (step, check), n in sorted(counts.items())],
+                        columns=["step", "check", "n_rejected"])
+
+
+def validator_agreement(votes: pd.DataFrame, validators: Sequence[str],
+                        labels: Sequence[str], *, n_resamples: int = 2000,
+                        random_state: int = 0) -> dict[str, float]:
+    """Agreement of the validators over the scenarios all of them labelled.
+
+    Fleiss' kappa and Gwet's AC1 over the items × labels count table (`labels` fixes the
+    category set, so Q = len(labels) even when one label is unused), each with a percentile
+    bootstrap CI over scenarios. AC1 stays near raw agreement when almost every vote is
+    "not answerable", where kappa collapses (its chance term nears 1); kappa is NaN when
+    every vote is the same label. ``all_agree%`` is the share of scenarios with one label.
+    """
+    scored = votes.dropna(subset=list(validators))
+    n = len(scored)
+    row: dict[str, float] = {"n_scenarios": n}
+    if n == 0:
+        return {**row, "all_agree%": np.nan, **{f"{m}{s}": np.nan for m in ("fleiss_kappa",
+                "gwet_ac1") for s in ("", "_low", "_high")}}
+    table = np.stack([(scored[list(validators)] == label).sum(axis=1).to_numpy()
+                      for label in labels], axis=1).astype(float)
+    row["all_agree%"] = 100 * float((table.max(axis=1) == len(validators)).mean())
+    for name, fn in (("fleiss_kappa", fleiss_kappa_from_counts),
+                     ("gwet_ac1", gwet_ac1_from_counts)):
+        row[name] = float(fn(table))
+        low = high = np.nan
+        if n >= 2 and np.isfinite(row[name]):
+            try:
+                res = bootstrap(lambda t: float(fn(t)), table, n_resamples=n_resamples,
+                                random_state=random_state)
+                low, high = res.ci_low, res.ci_high
+            except ValueError:  # (almost) every resample has a single label: no spread
+                pass
+        row[f"{name}_low"], row[f"{name}_high"] = low, high
+    return row
+
+
+def condition_contrasts(rows: pd.DataFrame, by: Sequence[str] = ("model",), *,
+                        pairs: Sequence[tuple[str, str]] = CONDITION_PAIRS,
+                        n_resamples: int = 2000, random_state: int = 0) -> pd.DataFrame:
+    """DR% of one condition minus another's, paired over the *same* source examples.
+
+    A source example's DR% in a condition is 100 × decisive / scored over its responses
+    there (one for OCOQ/OCAQ, one per kept scenario for ASOQ/ASAQ). For each pair (a, b),
+    only source examples with a scored response in both count (``n_sources``); the contrast
+    is the mean over them of DR%_b − DR%_a, in percentage points, with a paired percentile
+    bootstrap CI over source examples (and seeds). 0 means no change between the two.
+    """
+    by = list(by)
+    per = (rows.dropna(subset=["dr"])
+           .groupby([*by, "seed", "condition", "item"], sort=True)["dr"]
+           .mean().mul(100).rename("dr_pct").reset_index())
+    out = []
+    for a, b in pairs:
+        sub = per[per["condition"].isin([a, b])]
+        if sub.empty or not (sub["condition"] == a).any() or not (sub["condition"] == b).any():
+            continue
+        effects = paired_condition_effects(sub, value="dr_pct", pair_on=["item", "seed"],
+                                           condition="condition", by=by, clean=a,
+                                           n_resamples=n_resamples, random_state=random_state)
+        for _, e in effects.iterrows():
+            out.append({**{k: e[k] for k in by}, "contrast": f"{b}-{a}",
+                        "n_sources": int(e["n_pairs"]), "DR%_a": e["clean_mean"],
+                        "DR%_b": e["exposed_mean"], "diff (pp)": e["diff"],
+                        "ci_low": e["ci_low"], "ci_high": e["ci_high"]})
+    return pd.DataFrame(out)

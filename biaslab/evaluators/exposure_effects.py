@@ -2,8 +2,10 @@
 
 Every protocol asks the same question of its exposure grid: how far does exposing these nodes
 in this direction move a per-item quantity (a bias label, a decisive answer, a probability)
-compared with the clean arm on the *same* items? Pairing removes between-item variance, so the
-difference gets a paired bootstrap CI. One function serves every protocol and the generic report.
+compared with the clean arm on the *same* items? Pairing removes between-item variance.
+`paired_condition_effects` gives the difference a paired bootstrap CI (the protocols' own
+tables); `paired_arms` gives it a paired t interval and no interval at all on fewer than
+`MIN_PAIRS_FOR_CI` pairs (the generic tables: exposed vs clean, counterfactual vs source).
 """
 
 from __future__ import annotations
@@ -13,11 +15,103 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from scipy import stats as scipy_stats
+
 from biaslab.evaluators.stats import paired_bootstrap
 
-__all__ = ["paired_condition_effects", "CLEAN_CONDITION"]
+__all__ = ["paired_condition_effects", "paired_mean_difference", "paired_arms",
+           "too_few_pairs", "CLEAN_CONDITION", "MIN_PAIRS_FOR_CI"]
 
 CLEAN_CONDITION = "none"
+
+MIN_PAIRS_FOR_CI = 10
+"""No interval is given on fewer pairs than this: with two or three pairs a "CI" is as wide
+or as narrow as chance makes it (often zero-width), and reads as an effect it is not."""
+
+
+def too_few_pairs(n: int) -> str:
+    """The note a table writes instead of an interval on fewer than `MIN_PAIRS_FOR_CI` pairs."""
+    return f"too few pairs (n={n})"
+
+
+def paired_mean_difference(other: Sequence[float], reference: Sequence[float], *,
+                           confidence: float = 0.95, min_pairs: int = MIN_PAIRS_FOR_CI
+                           ) -> dict:
+    """Mean of ``other - reference`` over aligned pairs, with a paired t interval.
+
+    With per-pair differences d_i (i = 1..n), mean d̄ and standard deviation s (ddof=1), the
+    interval is ``d̄ ± t_{(1+c)/2, n-1} · s / √n``. 0 means no change; an interval that
+    excludes 0 is a change at that confidence. Below `min_pairs` pairs no interval is given
+    (``ci_low``/``ci_high`` NaN) and ``note`` says why.
+
+    Returns:
+        ``n_pairs``, ``reference_mean``, ``other_mean``, ``diff``, ``ci_low``, ``ci_high``,
+        ``note`` ("" when the interval is given).
+    """
+    a = np.asarray(other, dtype=float)
+    b = np.asarray(reference, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"paired arrays differ in length: {a.shape} vs {b.shape}")
+    n = int(a.size)
+    out = {"n_pairs": n, "reference_mean": np.nan, "other_mean": np.nan, "diff": np.nan,
+           "ci_low": np.nan, "ci_high": np.nan, "note": ""}
+    if n == 0:
+        out["note"] = too_few_pairs(0)
+        return out
+    d = a - b
+    diff = float(d.mean())
+    out.update(reference_mean=float(b.mean()), other_mean=float(a.mean()), diff=diff)
+    if n < max(min_pairs, 2):
+        out["note"] = too_few_pairs(n)
+        return out
+    half = float(scipy_stats.t.ppf((1 + confidence) / 2, n - 1) * d.std(ddof=1) / np.sqrt(n))
+    out.update(ci_low=diff - half, ci_high=diff + half)
+    return out
+
+
+def paired_arms(frame: pd.DataFrame, *, value: str, pair_on: Sequence[str], arm: str,
+                reference: str, by: Sequence[str] = (), names: tuple[str, str] = ("reference",
+                                                                                  "other"),
+                confidence: float = 0.95, min_pairs: int = MIN_PAIRS_FOR_CI) -> pd.DataFrame:
+    """Every arm against the `reference` arm on the same units: `paired_mean_difference` per
+    (by..., arm).
+
+    Args:
+        frame: one row per (by..., unit, arm); `value` numeric, NaN = unscored (the pair is
+            dropped, never imputed).
+        pair_on: the columns naming the same unit in both arms.
+        arm: the column naming the arm (an exposure condition, or which run).
+        reference: the arm the others are compared with (clean, or the source run).
+        names: how the two means are named in the result (``{name}_mean``).
+
+    Returns:
+        One row per (by..., arm ≠ reference) with at least one pair: ``n_pairs``,
+        ``{names[0]}_mean``, ``{names[1]}_mean``, ``diff`` (other − reference), ``ci_low``,
+        ``ci_high`` and ``note``.
+    """
+    by, keys = list(by), list(by) + list(pair_on)
+    ref_col, other_col = f"{names[0]}_mean", f"{names[1]}_mean"
+    columns = [*by, arm, "n_pairs", ref_col, other_col, "diff", "ci_low", "ci_high", "note"]
+    data = frame.dropna(subset=[value])
+    base = data[data[arm] == reference][keys + [value]].rename(columns={value: "_reference"})
+    if base.duplicated(keys).any():
+        raise ValueError(f"pair_on={list(pair_on)} does not identify one {reference!r} row "
+                         "per unit")
+    rows = []
+    for other, part in data[data[arm] != reference].groupby(arm, sort=True):
+        merged = part[keys + [value]].merge(base, on=keys, how="inner")
+        if merged.duplicated(keys).any():
+            raise ValueError(f"pair_on={list(pair_on)} does not identify one {other!r} row "
+                             "per unit")
+        groups = merged.groupby(by, sort=True) if by else [((), merged)]
+        for key, pairs in groups:
+            key = key if isinstance(key, tuple) else (key,)
+            result = paired_mean_difference(pairs[value], pairs["_reference"],
+                                            confidence=confidence, min_pairs=min_pairs)
+            result[ref_col] = result.pop("reference_mean")
+            result[other_col] = result.pop("other_mean")
+            rows.append({**dict(zip(by, key)), arm: other, **result})
+    return pd.DataFrame(rows, columns=columns)
 
 
 def paired_condition_effects(frame: pd.DataFrame, *, value: str, pair_on: Sequence[str],

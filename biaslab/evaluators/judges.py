@@ -2,7 +2,8 @@
 
 A judge returns a label from a fixed set plus a justification. A verdict that cannot be parsed
 after one re-ask is *unscored* (label None): it is recorded and left out of the vote, never
-guessed. An ensemble reports ties instead of breaking them.
+guessed. A judge call that fails for good (after its retries) is not a verdict: it fails the
+cell (`CallFailed`), which ``--resume`` retries. An ensemble reports ties instead of breaking them.
 """
 
 from __future__ import annotations
@@ -59,12 +60,17 @@ class EnsembleVerdict:
 
 async def judge(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: str,
                 labels: Sequence[str], item: str = "", sample: int = 0,
-                model: ModelSpec | None = None) -> Verdict:
-    """One LLM verdict: ``{"label": one of labels, "justification": ...}``."""
+                model: ModelSpec | None = None, judged: Sequence[str] = ()) -> Verdict:
+    """One LLM verdict: ``{"label": one of labels, "justification": ...}``.
+
+    `judged` are the texts under judgement (e.g. the answer a slot carries): the verdict is
+    read from outside every copy of them in the judge's answer, never from a look-alike
+    verdict inside them (see `biaslab.agents.ask`)."""
     parser, constraint = label_with_reason(labels)
     answer = await ask(ctx, node, slots, prompt=prompt, parser=parser, constraint=constraint,
-                       item=item, sample=sample, model=model, max_tokens=160)
+                       item=item, sample=sample, model=model, max_tokens=160, judged=judged)
     name = (model or ctx.bindings.model_for(node)).label
+    answer.raise_for_error(f"judge '{node}' ({name})")  # a failed call fails the cell
     if not answer.ok:
         return Verdict(name, sample, None, error=answer.error or answer.parse_error)
     return Verdict(name, sample, answer.value["label"], answer.value["justification"])
@@ -72,12 +78,18 @@ async def judge(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt
 
 async def judge_ensemble(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: str,
                          labels: Sequence[str], judges: Sequence[ModelSpec] | None = None,
-                         repeats: int = 1, item: str = "") -> EnsembleVerdict:
-    """k judges (default: the node's bound model alone) × `repeats` samples, majority vote."""
+                         repeats: int = 1, item: str = "",
+                         judged: Sequence[str] = ()) -> EnsembleVerdict:
+    """k judges (default: the node's bound model alone) × `repeats` samples, majority vote;
+    `judged` as in `judge`."""
     models = list(judges) if judges else [ctx.bindings.model_for(node)]
+    # A model listed twice is two members: its second copy's repeats continue its sample
+    # numbers (so their seeds and cache keys), never a replay of the first copy's answers.
+    copies = [models[:i].count(m) for i, m in enumerate(models)]
     verdicts = await asyncio.gather(*(
-        judge(ctx, node, slots, prompt=prompt, labels=labels, item=item, sample=r, model=m)
-        for m in models for r in range(repeats)))
+        judge(ctx, node, slots, prompt=prompt, labels=labels, item=item,
+              sample=copy * repeats + r, model=m, judged=judged)
+        for m, copy in zip(models, copies) for r in range(repeats)))
     vote = majority_vote([v.label for v in verdicts])
     return EnsembleVerdict(vote.label, vote.tie, dict(vote.counts), vote.unscored,
                            tuple(verdicts))
@@ -86,13 +98,19 @@ async def judge_ensemble(ctx: CellContext, node: str, slots: Mapping[str, Any], 
 def judge_node(name: str, *, prompt: str, labels: Sequence[str],
                slots: Callable[[Mapping], Mapping[str, Any]], writes: str,
                judges: Sequence[ModelSpec] | None = None, repeats: int = 1,
-               item: Callable[[Mapping], str] | None = None):
-    """A graph node that runs a judge ensemble and writes its `EnsembleVerdict` as a dict."""
+               item: Callable[[Mapping], str] | None = None,
+               judged: Callable[[Mapping], Sequence[str]] | None = None):
+    """A graph node that runs a judge ensemble and writes its `EnsembleVerdict` as a dict.
+
+    `judged` maps the state to the texts under judgement (default: every slot value the
+    judge sees), whose look-alike verdicts never count as the judge's."""
 
     async def node(state: Mapping, runtime) -> dict:
-        verdict = await judge_ensemble(runtime.context, name, slots(state), prompt=prompt,
+        offered = slots(state)
+        texts = judged(state) if judged else [v for v in offered.values() if isinstance(v, str)]
+        verdict = await judge_ensemble(runtime.context, name, offered, prompt=prompt,
                                        labels=labels, judges=judges, repeats=repeats,
-                                       item=item(state) if item else "")
+                                       item=item(state) if item else "", judged=texts)
         return {writes: verdict.as_dict()}
 
     node.__name__ = name

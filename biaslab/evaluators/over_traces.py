@@ -20,6 +20,7 @@ import pandas as pd
 from langgraph.graph import END, START, StateGraph
 
 from biaslab.agents.context import Bindings, CellContext
+from biaslab.agents.ask import CallFailed
 from biaslab.agents.gateway import Gateway
 from biaslab.agents.providers import parse_model
 from biaslab.errors import UserError
@@ -55,9 +56,23 @@ def default_slots(call: CallRecord) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class TraceJudgement:
+    """What a judging pass over traces did.
+
+    Attributes:
+        scores: one row per judged call (only calls whose judges all answered).
+        judge_calls: model calls made by the judges in this pass.
+        failed: judged calls whose judge call failed for good (cell status ``error``).
+        not_started: calls left unjudged because an earlier judge call failed for good (an
+            unreachable judge fails every call; asking on would only wait out the retries).
+        first_error: why the first failed cell failed (names the judge and its endpoint).
+    """
+
     eval_dir: Path
     scores: pd.DataFrame
     judge_calls: int
+    failed: int = 0
+    not_started: int = 0
+    first_error: str | None = None
 
 
 def judge_traces(run_dir: str | Path, *, node: str, prompt: str, judges: Sequence[str],
@@ -146,6 +161,9 @@ def judge_traces(run_dir: str | Path, *, node: str, prompt: str, judges: Sequenc
     targets = [c for c in source.iter_calls() if c.node == node and c.raw is not None
                and c.parse_error is None]
 
+    errors: list[str] = []
+    skipped = [0]
+
     async def run_all():
         semaphore = asyncio.Semaphore(concurrency)
 
@@ -154,11 +172,19 @@ def judge_traces(run_dir: str | Path, *, node: str, prompt: str, judges: Sequenc
             if store.cell_status(cell_id) == "done":
                 return
             async with semaphore:
+                if errors:  # the judge already failed for good: do not wait out its retries
+                    skipped[0] += 1
+                    return
                 ctx = CellContext(cell_id=cell_id, seed=call.seed, prompts=registry,
                                   bindings=Bindings(model=models[0]), gateway=gateway)
                 store.start_cell(cell_id, i, {"source_cell": call.cell_id, "item": call.item,
                                               "exposure_id": call.exposure_id})
-                final = await graph.ainvoke({"slots": slots(call)}, context=ctx)
+                try:
+                    final = await graph.ainvoke({"slots": slots(call)}, context=ctx)
+                except CallFailed as exc:  # kept as an error cell: the next pass retries it
+                    errors.append(str(exc))
+                    store.finish_cell(cell_id, ctx.calls, [], error=str(exc))
+                    return
                 store.finish_cell(cell_id, ctx.calls, [(name, final["verdict"])])
 
         await asyncio.gather(*(one(i, c) for i, c in enumerate(targets)))
@@ -177,7 +203,8 @@ def judge_traces(run_dir: str | Path, *, node: str, prompt: str, judges: Sequenc
             cells = source.cells()[["cell_id", "target", "direction", "model", "seed"]]
             scores = scores.merge(cells, on="cell_id", how="left")
             scores.to_csv(eval_dir / "scores.csv", index=False)
-        return TraceJudgement(eval_dir, scores, gateway.counters.model_calls)
+        return TraceJudgement(eval_dir, scores, gateway.counters.model_calls, len(errors),
+                              skipped[0], errors[0] if errors else None)
     finally:
         source.close()
         store.close()

@@ -35,6 +35,8 @@ __all__ = [
     "fleiss_kappa_from_counts",
     "gwet_ac1",
     "gwet_ac1_from_counts",
+    "wilson_interval",
+    "paired_difference_interval",
 ]
 
 RandomState = int | np.random.Generator | None
@@ -488,3 +490,62 @@ def gwet_ac1(ratings: ArrayLike, *, categories: Sequence[Hashable] | None = None
         AC1 in [-1, 1]; 1 is perfect agreement. NaN when only one category is in play.
     """
     return _ac1_kernel(_ratings_table(ratings, categories))
+
+
+# --------------------------------------------------------------------------- score intervals
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion successes / n (NaNs when n == 0).
+
+    Unlike the Wald or the bootstrap interval it keeps a width at 0/n and n/n, so "0 of 60"
+    reads [0, 0.060], not [0, 0]. Matches ``statsmodels`` ``proportion_confint(method="wilson")``.
+    """
+    if n == 0:
+        return math.nan, math.nan
+    z = float(norm.ppf(1 - (1 - confidence) / 2))
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def paired_difference_interval(a: ArrayLike, b: ArrayLike, confidence: float = 0.95
+                               ) -> tuple[float, float, float]:
+    """Difference of two paired proportions, mean(b) - mean(a), with Newcombe's score interval
+    for paired data (Newcombe 1998, method 10: built from the two Wilson intervals and the
+    phi correlation of the pairs, as in Altman et al., *Statistics with Confidence*, 2000).
+    It does not collapse when every pair agrees.
+
+    Args:
+        a, b: item-aligned 0/1 outcomes of the same items under two conditions.
+
+    Returns:
+        (difference, ci_low, ci_high); NaNs when there is no item.
+    """
+    x, y = np.asarray(a, float), np.asarray(b, float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError("a and b must be 1-D arrays of the same length (paired items)")
+    if not np.isin(x, (0.0, 1.0)).all() or not np.isin(y, (0.0, 1.0)).all():
+        raise ValueError("a and b must hold 0/1 outcomes only")
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    both = float(((x == 1) & (y == 1)).sum())
+    only_b = float(((x == 0) & (y == 1)).sum())
+    only_a = float(((x == 1) & (y == 0)).sum())
+    neither = n - both - only_a - only_b
+    pb, pa = (both + only_b) / n, (both + only_a) / n
+    lb, ub = wilson_interval(int(both + only_b), n, confidence)
+    la, ua = wilson_interval(int(both + only_a), n, confidence)
+    denom = (both + only_b) * (only_a + neither) * (both + only_a) * (only_b + neither)
+    # Newcombe's phi: a positive association is shrunk by n/2 (a continuity correction).
+    cross = both * neither - only_a * only_b
+    cross = max(cross - n / 2, 0.0) if cross > 0 else cross
+    phi = cross / math.sqrt(denom) if denom > 0 else 0.0
+    diff = pb - pa
+    low = diff - math.sqrt(max(0.0, (pb - lb) ** 2 - 2 * phi * (pb - lb) * (ua - pa)
+                               + (ua - pa) ** 2))
+    high = diff + math.sqrt(max(0.0, (ub - pb) ** 2 - 2 * phi * (ub - pb) * (pa - la)
+                                + (pa - la) ** 2))
+    return diff, max(-1.0, low), min(1.0, high)

@@ -16,14 +16,14 @@ from typing import Any, Iterator
 from langgraph.graph import StateGraph
 from pydantic import BaseModel
 
-from biaslab.agents.context import Bindings, CellContext
+from biaslab.agents.context import Bindings, CellContext, EarlierTurns
 from biaslab.agents.gateway import Gateway
 from biaslab.agents.providers import ModelSpec, parse_model
 from biaslab.errors import UserError
-from biaslab.experiments.spec import ExperimentSpec
-from biaslab.graphs.llm_nodes import LLMNode
+from biaslab.experiments.spec import ConditionSettings, ExperimentSpec, NodeSettings
+from biaslab.graphs.llm_nodes import LLMNode, turn_loops
 from biaslab.graphs.registry import Protocol, get_protocol, load_plugin, step_budget
-from biaslab.prompts.exposure import Condition, exposure_conditions
+from biaslab.prompts.exposure import CLEAN, Condition, exposure_conditions
 from biaslab.prompts.registry import PromptRegistry
 
 __all__ = ["Cell", "Plan", "make_plan"]
@@ -53,6 +53,22 @@ class Cell:
                 "model": self.model.label, "seed": self.seed}
 
 
+@dataclass(frozen=True)
+class EarlierPlan:
+    """The settings of the turns before `turn` (``spec.from_turn``), resolved."""
+
+    turn: int
+    prompts: PromptRegistry
+    node_models: dict[str, ModelSpec]
+    node_prompts: dict[str, str]
+    arms: dict[str, dict[str, Condition]]
+    """Variant → arm id → the exposures of that arm's earlier turns (clean when absent)."""
+
+    def for_cell(self, cell: "Cell") -> EarlierTurns:
+        return EarlierTurns(self.turn, Bindings(cell.model, self.node_models, self.node_prompts),
+                            self.prompts, self.arms[cell.variant].get(cell.condition.id, CLEAN))
+
+
 @dataclass
 class Plan:
     spec: ExperimentSpec
@@ -65,6 +81,8 @@ class Plan:
     conditions: dict[str, list[Condition]] = field(default_factory=dict)
     llm_nodes: dict[str, list[LLMNode]] = field(default_factory=dict)
     """Variant → its declared LLM nodes, read once from the built graph."""
+    earlier: EarlierPlan | None = None
+    """With ``spec.from_turn``: how the turns before it are made."""
 
     @property
     def exposure_template(self) -> str:
@@ -83,7 +101,8 @@ class Plan:
         """The run context one cell's nodes see."""
         return CellContext(cell_id=cell.id, seed=cell.seed, bindings=self.bindings(cell.model),
                            gateway=gateway, prompts=self.prompts, condition=cell.condition,
-                           coords=cell.coords, options=self.options)
+                           coords=cell.coords, options=self.options,
+                           earlier=self.earlier.for_cell(cell) if self.earlier else None)
 
     def cells(self) -> Iterator[Cell]:
         """Cells in a cache-friendly order: each clean arm runs before its exposed arms."""
@@ -106,9 +125,15 @@ class Plan:
         spec = self.spec.model_dump(exclude={"scale", "run", "models", "model_aliases",
                                              "description", "name"})
         spec["seeds"] = self.spec.run.seeds
+        if spec.get("from_turn") is None:  # runs from before the field keep their fingerprint
+            spec.pop("from_turn", None)
         prompts = {f"{variant}.{node.name}": self.prompts.get(
             self.node_prompts.get(node.name, node.prompt)).content_hash
             for variant, nodes in self.llm_nodes.items() for node in nodes}
+        if self.earlier is not None:
+            prompts.update({f"before.{variant}.{node.name}": self.earlier.prompts.get(
+                self.earlier.node_prompts.get(node.name, node.prompt)).content_hash
+                for variant, nodes in self.llm_nodes.items() for node in nodes})
         payload = {"spec": spec, "models": [m.public() for m in self.all_model_specs()],
                    "options": self.options.model_dump(), "prompts": prompts,
                    "exposure": self.prompts.get(self.exposure_template).content_hash}
@@ -116,12 +141,26 @@ class Plan:
                               ).hexdigest()[:16]
 
     def all_model_specs(self) -> list[ModelSpec]:
-        return [*self.models, *self.node_models.values()]
+        earlier = list(self.earlier.node_models.values()) if self.earlier else []
+        return [*self.models, *self.node_models.values(), *earlier]
 
 
 def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
-              check_keys: bool = True) -> Plan:
-    """Resolve and validate a spec. Raises `UserError` naming the first problem."""
+              all_nodes: bool = False, check_keys: bool = True) -> Plan:
+    """Resolve and validate a spec. Raises `UserError` naming the first problem.
+
+    Args:
+        models: replaces the spec's model axis (``--model``). Nodes the spec binds to a model
+            of their own (``[nodes.judge] model = ...``) keep it, unless `all_nodes`.
+        all_nodes: with `models`, every node runs on the new model too (``--all-nodes``); the
+            recorded spec then binds no node, so a resumed run does the same.
+    """
+    if all_nodes:
+        if not models:
+            raise UserError("--all-nodes goes with --model (it puts every node on that model)")
+        spec = spec.model_copy(update={"nodes": {
+            name: settings.model_copy(update={"model": None})
+            for name, settings in spec.nodes.items()}})
     for plugin in spec.plugins:
         load_plugin(plugin)
     proto = get_protocol(spec.protocol)
@@ -137,31 +176,42 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
                             "[model_aliases.<name>] table so their cells stay apart")
     llm_nodes = {v: proto.llm_nodes(v, options) for v in proto.variants(options)}
     known_nodes = {n.name for nodes in llm_nodes.values() for n in nodes}
+    node_models, node_prompts = _node_bindings(spec.nodes, proto, known_nodes, aliases)
+    plan = Plan(spec, proto, options, prompts, model_specs, node_models, node_prompts,
+                llm_nodes=llm_nodes)
+    _check_prompts(proto, options, llm_nodes, prompts, node_prompts)
+    plan.conditions = _arm_grid(spec.conditions, proto, options, llm_nodes, prompts,
+                                plan.exposure_template)
+    if spec.from_turn is not None:
+        plan.earlier = _earlier_turns(spec, proto, options, llm_nodes, aliases)
+    if check_keys:
+        for model in plan.all_model_specs():
+            model.check_ready()
+    for variant in proto.variants(options):  # fails early on unreadable data
+        for item in proto.items(options):
+            proto.initial_state(variant, item, spec.run.seeds[0], options)
+    return plan
+
+
+def _node_bindings(nodes: dict[str, NodeSettings], proto: Protocol, known_nodes: set[str],
+                   aliases: dict[str, ModelSpec], where: str = "nodes"
+                   ) -> tuple[dict[str, ModelSpec], dict[str, str]]:
     node_models, node_prompts = {}, {}
-    for node, settings in spec.nodes.items():
+    for node, settings in nodes.items():
         if node not in known_nodes:
-            raise UserError(f"[nodes.{node}]: protocol '{proto.name}' has no LLM node '{node}' "
-                            f"(nodes: {', '.join(sorted(known_nodes))})")
+            raise UserError(f"[{where}.{node}]: protocol '{proto.name}' has no LLM node "
+                            f"'{node}' (nodes: {', '.join(sorted(known_nodes))})")
         if settings.model:
             node_models[node] = parse_model(settings.model, aliases)
         if settings.prompt:
             node_prompts[node] = settings.prompt
-    directions = proto.directions
-    if spec.conditions.directions is not None:
-        unknown = [d for d in spec.conditions.directions if d not in directions]
-        if unknown:
-            raise UserError(f"unknown exposure direction '{unknown[0]}' for protocol "
-                            f"'{proto.name}' (known: {', '.join(directions)})")
-        directions = {d: directions[d] for d in spec.conditions.directions}
-    plan = Plan(spec, proto, options, prompts, model_specs, node_models, node_prompts,
-                llm_nodes=llm_nodes)
-    if directions:  # a protocol without directions has only its clean arm
-        exposure_template = prompts.get(plan.exposure_template)
-        for values in directions.values():
-            exposure_template.check_slots(values, "exposure")
+    return node_models, node_prompts
+
+
+def _check_prompts(proto: Protocol, options: BaseModel, llm_nodes: dict[str, list[LLMNode]],
+                   prompts: PromptRegistry, node_prompts: dict[str, str]) -> None:
     for variant in proto.variants(options):
-        nodes = llm_nodes[variant]
-        for node in nodes:
+        for node in llm_nodes[variant]:
             template = prompts.get(node_prompts.get(node.name, node.prompt))
             template.check_slots(node.slots, node.name)
             unused = [slot for slot in node.required if slot not in template.slots]
@@ -169,8 +219,27 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
                 raise UserError(f"prompt {template.ref} ({template.source}) bound to node "
                                 f"'{node.name}' in {proto.name} variant '{variant}' never uses "
                                 f"slot '{unused[0]}', which that node requires")
-        names = [n.name for n in nodes]
-        c = spec.conditions
+
+
+def _arm_grid(c: ConditionSettings, proto: Protocol, options: BaseModel,
+              llm_nodes: dict[str, list[LLMNode]], prompts: PromptRegistry,
+              exposure_template: str, where: str = "conditions") -> dict[str, list[Condition]]:
+    """Each variant's arms: clean, plus each target set × direction of `c`."""
+    known_nodes = {n.name for nodes in llm_nodes.values() for n in nodes}
+    directions = proto.directions
+    if c.directions is not None:
+        unknown = [d for d in c.directions if d not in directions]
+        if unknown:
+            raise UserError(f"unknown exposure direction '{unknown[0]}' for protocol "
+                            f"'{proto.name}' (known: {', '.join(directions)})")
+        directions = {d: directions[d] for d in c.directions}
+    if directions:  # a protocol without directions has only its clean arm
+        template = prompts.get(exposure_template)
+        for values in directions.values():
+            template.check_slots(values, "exposure")
+    grid = {}
+    for variant in proto.variants(options):
+        names = [n.name for n in llm_nodes[variant]]
         targets = c.targets
         if isinstance(targets, str) and targets not in ("all", "singletons", "each_and_all"):
             targets = [targets]
@@ -179,16 +248,43 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
             targets = [t for t in listed if set(t.split("+")) <= set(names)]
             unknown = [t for t in listed if not set(t.split("+")) <= known_nodes]
             if unknown:
-                raise UserError(f"[conditions] target '{unknown[0]}' names no LLM node of "
+                raise UserError(f"[{where}] target '{unknown[0]}' names no LLM node of "
                                 f"'{proto.name}' (nodes: {', '.join(sorted(known_nodes))})")
-        plan.conditions[variant] = exposure_conditions(
-            names, directions, targets=targets, template=plan.exposure_template,
-            position=c.position,
-            include_clean=c.include_clean)
-    if check_keys:
-        for model in plan.all_model_specs():
-            model.check_ready()
-    for variant in proto.variants(options):  # fails early on unreadable data
-        for item in proto.items(options):
-            proto.initial_state(variant, item, spec.run.seeds[0], options)
-    return plan
+        grid[variant] = exposure_conditions(names, directions, targets=targets,
+                                            template=exposure_template, position=c.position,
+                                            include_clean=c.include_clean)
+    return grid
+
+
+def _earlier_turns(spec: ExperimentSpec, proto: Protocol, options: BaseModel,
+                   llm_nodes: dict[str, list[LLMNode]], aliases: dict[str, ModelSpec]
+                   ) -> "EarlierPlan":
+    """The settings of the turns before ``spec.from_turn.turn``, checked like the spec's own.
+
+    Raises:
+        UserError: the protocol has no turns, or no dialogue of it reaches that turn.
+    """
+    ft = spec.from_turn
+    longest = max((loop.max_turns for v in proto.variants(options)
+                   for loop in turn_loops(proto.build(v, options))), default=0)
+    if not longest:
+        raise UserError(f"from_turn (--from-turn): protocol '{proto.name}' has no turns (none "
+                        "of its graphs has a turn loop); make the change without it")
+    if ft.turn > longest:
+        raise UserError(f"from_turn (--from-turn) {ft.turn}: no dialogue of protocol '{proto.name}' reaches "
+                        f"turn {ft.turn} here (the longest has {longest} turns)")
+    known_nodes = {n.name for nodes in llm_nodes.values() for n in nodes}
+    overrides = spec.prompt_overrides if ft.prompt_overrides_before is None \
+        else ft.prompt_overrides_before
+    prompts = PromptRegistry(overrides)
+    node_models, node_prompts = _node_bindings(
+        spec.nodes if ft.nodes_before is None else ft.nodes_before, proto, known_nodes,
+        aliases, where="from_turn.nodes_before")
+    _check_prompts(proto, options, llm_nodes, prompts, node_prompts)
+    arms: dict[str, dict[str, Condition]] = {v: {} for v in proto.variants(options)}
+    if ft.conditions_before is not None:
+        c = ft.conditions_before
+        grid = _arm_grid(c, proto, options, llm_nodes, prompts,
+                         c.template or proto.exposure_template, where="from_turn.conditions_before")
+        arms = {v: {cond.id: cond for cond in conds} for v, conds in grid.items()}
+    return EarlierPlan(ft.turn, prompts, node_models, node_prompts, arms)

@@ -28,7 +28,8 @@ from biaslab.experiments.plan import Plan, make_plan
 from biaslab.experiments.reports import protocol_compare, write_reports
 from biaslab.experiments.runner import RunResult, open_store, run_in_progress, run_plan
 from biaslab.graphs.registry import check_origin
-from biaslab.experiments.spec import ExperimentSpec, NodeSettings, read_toml, spec_from_dict
+from biaslab.experiments.spec import (ExperimentSpec, FromTurn, NodeSettings, read_toml,
+                                      spec_from_dict)
 from biaslab.traces.store import STORE_FILE, RunStore
 
 __all__ = ["load_run_plan", "load_run_spec", "open_run", "rescore", "strict_replay",
@@ -226,9 +227,10 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
                    prompt: str | None = None, model: str | None = None,
                    directions: list[str] | None = None, targets: str | list[str] | None = None,
                    position: str | None = None, template: str | None = None,
-                   overrides: list[str] | None = None, resume: bool = False,
-                   concurrency: int | None = None, use_shared_cache: bool = True,
-                   progress: bool = True) -> CounterfactualResult:
+                   overrides: list[str] | None = None, from_turn: int | None = None,
+                   resume: bool = False, concurrency: int | None = None,
+                   use_shared_cache: bool = True, progress: bool = True
+                   ) -> CounterfactualResult:
     """Re-run with one change; unchanged calls are served from the source trace.
 
     Args:
@@ -238,11 +240,17 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
         model: its new model.
         directions, targets, position, template: a changed exposure grid.
         overrides: prompt directories that shadow the packaged prompts (and the run's own).
+        from_turn: make the change only from this turn on (protocols with turns): the calls
+            of turns 1..from_turn-1 are made with the source's settings, so they ask what the
+            source asked and are answered from its trace; only turns from `from_turn` on pay.
+            Recorded in the new run's spec (``[from_turn]``), so its resume and report know it.
         resume: continue an interrupted counterfactual in `out_dir`.
 
     Returns the run, the protocol's tables in `out_dir`, and the comparison with the source
-    (``tables/compare_*``): the protocol's own ``compare`` hook when it has one, and per node
-    and condition the calls, model calls and parse failures of both runs.
+    (``tables/compare_*``): per node and condition the calls, model calls and parse failures
+    of both runs (``compare_calls.csv``); every measure of the protocol's unit, paired on the
+    same units with a CI (``compare_measures.csv``); and the protocol's own ``compare`` hook
+    when it has one (amplification: ``compare_fbs.csv``).
     """
     if not (prompt or model or directions or targets or position or template or overrides):
         raise UserError("counterfactual replay needs a change: --prompt, --model, --directions, "
@@ -282,9 +290,16 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
             err = exc.errors()[0]
             raise UserError(f"counterfactual conditions: {'.'.join(map(str, err['loc']))}: "
                             f"{err['msg']}") from None
+        earlier = None
+        if from_turn is not None:
+            if spec.from_turn is not None:
+                raise UserError(f"--from-turn: {run_dir} is itself a change from turn "
+                                f"{spec.from_turn.turn}; replay its own source instead")
+            earlier = _from_turn(from_turn, spec)
         spec = spec.model_copy(update={
             "nodes": nodes, "conditions": conditions,
-            "prompt_overrides": [*prompt_dirs, *spec.prompt_overrides]})
+            "prompt_overrides": [*prompt_dirs, *spec.prompt_overrides],
+            **({"from_turn": earlier} if earlier else {})})
         plan = make_plan(spec)
         result = asyncio.run(run_plan(plan, out.path, replay_from=[source], resume=resume,
                                       concurrency=concurrency, use_shared_cache=use_shared_cache,
@@ -296,7 +311,7 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
         raise
     try:
         change = {"node": node or None, "prompt": prompt or None, "model": model,
-                  "overrides": prompt_dirs or None, **changes}
+                  "overrides": prompt_dirs or None, "from_turn": from_turn, **changes}
         store = RunStore(out.path)
         store.set_meta(source_run=str(Path(run_dir).resolve()),
                        source_fingerprint=source.meta().get("fingerprint"),
@@ -316,8 +331,20 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
         source.close()
 
 
-def _compare(plan: Plan, source: RunStore, replayed: RunStore, out_dir: Path) -> list[Path]:
-    from biaslab.experiments.reports.compare import compare_calls
+def _from_turn(turn: int, source: ExperimentSpec) -> FromTurn:
+    """The source's settings, kept for the turns before `turn`."""
+    try:
+        return FromTurn(turn=turn, nodes_before=dict(source.nodes),
+                        conditions_before=source.conditions,
+                        prompt_overrides_before=list(source.prompt_overrides))
+    except ValidationError as exc:
+        raise UserError(f"--from-turn {turn}: {exc.errors()[0]['msg']} (turn 1 is the whole "
+                        "dialogue: drop --from-turn)") from None
 
-    written = [compare_calls(source, replayed, out_dir)]
+
+def _compare(plan: Plan, source: RunStore, replayed: RunStore, out_dir: Path) -> list[Path]:
+    from biaslab.experiments.reports.compare import compare_calls, compare_measures
+
+    written = [compare_calls(source, replayed, out_dir),
+               compare_measures(source, replayed, out_dir, plan.protocol, plan.options)]
     return written + protocol_compare(plan.protocol, source, replayed, out_dir, plan.options)

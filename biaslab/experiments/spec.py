@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from biaslab.errors import UserError
 
-__all__ = ["ExperimentSpec", "RunSettings", "ConditionSettings", "NodeSettings", "load_spec",
+__all__ = ["ExperimentSpec", "RunSettings", "ConditionSettings", "NodeSettings", "FromTurn",
+           "load_spec",
            "spec_from_dict", "read_toml", "looks_secret"]
 
 MAX_SEED = 2**32 - 1
@@ -82,6 +83,27 @@ class NodeSettings(_Strict):
     """A model for this node only (e.g. a fixed judge), as a spec string or alias."""
 
 
+class FromTurn(_Strict):
+    """A change that applies only from turn `turn` on (a dialogue's counterfactual,
+    ``biaslab replay --mode counterfactual --from-turn K``): the spec's ``nodes``,
+    ``conditions`` and ``prompt_overrides`` hold for the calls of turns `turn`, `turn` + 1, ...;
+    the calls of earlier turns are made with the settings below (for a counterfactual: its
+    source run's, so those turns are answered from the source's trace). Calls are placed in a
+    turn by their ``turn-<n>`` item label; a call outside every turn (a rater of the whole
+    dialogue) is made with the spec's own settings. Only protocols with a turn loop accept it."""
+
+    turn: int = Field(ge=2, le=1000)
+    """The first turn made with the spec's own settings."""
+    nodes_before: dict[str, NodeSettings] | None = None
+    """Node bindings of the earlier turns; None: the spec's ``nodes``."""
+    conditions_before: ConditionSettings | None = None
+    """Exposure grid of the earlier turns: each arm's earlier turns get the exposures of the
+    arm with the same id in this grid, and no exposure where this grid has no such arm; None:
+    no exposure before `turn`."""
+    prompt_overrides_before: list[str] | None = None
+    """Prompt directories of the earlier turns; None: the spec's ``prompt_overrides``."""
+
+
 class ExperimentSpec(_Strict):
     name: str
     protocol: str
@@ -95,6 +117,9 @@ class ExperimentSpec(_Strict):
     nodes: dict[str, NodeSettings] = {}
     prompt_overrides: list[str] = []
     """Directories laid out like biaslab/prompts whose templates shadow the packaged ones."""
+    from_turn: FromTurn | None = None
+    """Apply ``nodes``, ``conditions`` and ``prompt_overrides`` only from a given turn on;
+    earlier turns as `FromTurn` says (set by a counterfactual replay with ``--from-turn``)."""
     plugins: list[str] = []
     """Python files (relative to the spec) or module names that define protocols of your own."""
     options: dict[str, Any] = {}
@@ -230,6 +255,14 @@ def load_spec(path: str | Path, *, scale: str | None = None) -> ExperimentSpec:
                             "prompt_overrides to shadow the packaged prompts")
         if node.prompt and node.prompt.endswith(".toml"):
             node.prompt = resolve(node.prompt)
+    if spec.from_turn is not None:
+        earlier = spec.from_turn
+        if earlier.prompt_overrides_before is not None:
+            earlier.prompt_overrides_before[:] = [resolve(d) for d in
+                                                  earlier.prompt_overrides_before]
+        for node in (earlier.nodes_before or {}).values():
+            if node.prompt and node.prompt.endswith(".toml"):
+                node.prompt = resolve(node.prompt)
     for key, value in spec.options.items():
         if isinstance(value, str) and key.endswith(PATH_OPTION_SUFFIXES):
             spec.options[key] = resolve(value)

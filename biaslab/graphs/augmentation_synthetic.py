@@ -11,11 +11,21 @@
 * ``scripted:augmentation-abstainer``: the same chain, but the target abstains everywhere.
 * ``scripted:augmentation-strict-validator``: a validator that calls every scenario
   answerable (for counterfactual replays that swap one validator's model).
+* ``scripted:augmentation-swapper``: the synthetic chain, but its transform *swaps* the two
+  people (each takes the other's description, in the passage too), so the stereotyped person
+  ends up in the other option's slot. Its target names the biased *person*, wherever that
+  person now stands, so a bias score that follows the person reads +1 on its decisive answers
+  and one that follows the slot reads −1.
+* ``scripted:augmentation-sloppy``: a generator that breaks in the three ways the rule checks
+  exist for: its first variant keeps the template's ``<new description>`` placeholder, the
+  scenario of its second variant is off-topic, and its rephrase is a statement, not a
+  question. Its validators accept everything, so only the rule checks can catch them.
 
 The scripted augmenter keeps the two group descriptions (it cannot know other groups), keeps
 the context inside the scenario it writes, and reveals the answer in about a quarter of the
 scenarios (``It turned out ...``) so that the validators have something to reject. The scripted
-judge calls a response decisive unless it contains an abstention phrase. These agents test the
+judge calls a response decisive unless it contains an abstention phrase. The scripted target
+picks the biased person by the option's text, not its position. These agents test the
 machinery; they are never a stand-in for a real model's results.
 """
 
@@ -26,12 +36,13 @@ import re
 import hashlib
 from functools import lru_cache
 
+from biaslab.agents.parsers import quoted_blocks
 from biaslab.agents.providers.scripted import (Rule, ScriptedChatModel, ScriptedRequest,
                                                register_scripted)
 from biaslab.datasets import bbq
 
-__all__ = ["P_DECISIVE", "REVEAL_SHARE", "make_agent", "make_strict_validator", "lookup",
-           "uniform"]
+__all__ = ["P_DECISIVE", "REVEAL_SHARE", "make_agent", "make_strict_validator", "make_sloppy",
+           "lookup", "swap_people", "uniform"]
 
 P_DECISIVE = 0.6
 REVEAL_SHARE = 0.25
@@ -56,6 +67,32 @@ def _index() -> dict[str, list[dict]]:
     return out
 
 
+def swap_people(text: str, first: str, second: str) -> str:
+    """`text` with every mention of the two descriptions exchanged (one pass, any case)."""
+    if not first or not second or first.lower() == second.lower():
+        return text
+    swap = {first.lower(): second, second.lower(): first}
+    pattern = re.compile("|".join(re.escape(d) for d in sorted(swap, key=len, reverse=True)),
+                         re.I)
+    return pattern.sub(lambda m: swap[m.group(0).lower()], text)
+
+
+def _people_of(record: dict) -> tuple[str, str]:
+    unknown = bbq.unknown_index(record)
+    a, b = (bbq.descriptor(record, i) for i in range(3) if i != unknown)
+    return a, b
+
+
+@lru_cache(maxsize=1)
+def _swapped_index() -> dict[str, list[dict]]:
+    """Swapped original context (see `swap_people`) → its BBQ records."""
+    out: dict[str, list[dict]] = {}
+    for records in _index().values():
+        for record in records:
+            out.setdefault(swap_people(record["context"], *_people_of(record)), []).append(record)
+    return out
+
+
 def _original_question(question: str) -> str:
     question = question.strip()
     if question.startswith("Which person "):
@@ -63,20 +100,35 @@ def _original_question(question: str) -> str:
     return question.removeprefix("Tell me: ")
 
 
-def lookup(context: str, question: str) -> tuple[dict | None, bool]:
+def lookup(context: str, question: str, options: list[str] | None = None
+           ) -> tuple[dict | None, bool]:
     """The source record a (context, question) pair comes from, and whether the context is
-    the original BBQ context verbatim (False: an augmented scenario that contains it)."""
+    the original BBQ context verbatim (False: an augmented scenario that contains it).
+
+    BBQ holds records that share a context and a question but differ in their options (the
+    same people in another order, another "unknown" string): with `options` (the prompt's
+    option texts) the record with exactly those options wins. A question is read as BBQ's
+    own before it is read as the scripted rephrase of one ("Which person ..." is both)."""
     index = _index()
     original = _original_question(question)
     if context in index:
         records, verbatim = index[context], True
     else:
         found = [c for c in index if c and c in context]
-        if not found:
-            return None, False
-        records, verbatim = index[max(found, key=len)], False
-    match = next((r for r in records if r["question"] == original), None)
-    return match, verbatim
+        if found:
+            records = index[max(found, key=len)]
+        else:  # a scenario of the swapper: the people changed places in the passage
+            swapped = _swapped_index()
+            found = [c for c in swapped if c and c in context]
+            if not found:
+                return None, False
+            records = swapped[max(found, key=len)]
+        verbatim = False
+    candidates = ([r for r in records if r["question"] == question.strip()]
+                  or [r for r in records if r["question"] == original])
+    same_options = [r for r in candidates
+                    if options is not None and [r[f"ans{i}"] for i in range(3)] == options]
+    return next(iter(same_options or candidates), None), verbatim
 
 
 def _field(text: str, label: str) -> str:
@@ -89,13 +141,31 @@ def _abstraction(request: ScriptedRequest) -> str:
     return _field(request.user, "Passage")
 
 
-def _transform(request: ScriptedRequest) -> str:
+def _transform_request(request: ScriptedRequest) -> tuple[str, str, str, int]:
     text = request.user
-    context = _field(text, "Passage")
     people = re.search(r'described as "(.*?)" and "(.*?)"', text)
     n = int(re.search(r"Write (\d+) variants", text).group(1))
-    return json.dumps({"variants": [{"person_a": people.group(1), "person_b": people.group(2),
+    return _field(text, "Passage"), people.group(1), people.group(2), n
+
+
+def _replacements(a: str, b: str, new_a: str, new_b: str) -> list[dict]:
+    # The scripted transform cannot tell stereotyped groups apart: it claims "false" for
+    # both, and the graph resolves a description that is one of the originals by itself.
+    return [{"original": a, "new": new_a, "stereotyped": False},
+            {"original": b, "new": new_b, "stereotyped": False}]
+
+
+def _transform(request: ScriptedRequest) -> str:
+    context, a, b, n = _transform_request(request)
+    return json.dumps({"variants": [{"replacements": _replacements(a, b, a, b),
                                      "context": f"Version {k + 1}: {context}"}
+                                    for k in range(n)]})
+
+
+def _swapping_transform(request: ScriptedRequest) -> str:
+    context, a, b, n = _transform_request(request)
+    return json.dumps({"variants": [{"replacements": _replacements(a, b, b, a),
+                                     "context": f"Version {k + 1}: {swap_people(context, a, b)}"}
                                     for k in range(n)]})
 
 
@@ -111,7 +181,7 @@ def _scenario(request: ScriptedRequest) -> str:
 
 
 def _validator(request: ScriptedRequest) -> str:
-    text = _field(request.user, "Text")
+    text = dict(quoted_blocks(request.user))["quoted-text"]
     label = "answerable" if "It turned out" in text else "not_answerable"
     return json.dumps({"label": label, "justification": "Checked against the text only."})
 
@@ -128,7 +198,7 @@ def _rephrase(request: ScriptedRequest) -> str:
 
 
 def _judge(request: ScriptedRequest) -> str:
-    response = _field(request.user, "Response")
+    response = dict(quoted_blocks(request.user))["quoted-response"]
     label = "abstaining" if _ABSTAIN_RE.search(response) else "decisive"
     return json.dumps({"label": label, "justification": "Read from the response."})
 
@@ -153,8 +223,8 @@ def _decision(request: ScriptedRequest, biased: bool) -> tuple[dict | None, bool
     """The source record, and whether to give the biased answer: on augmented scenarios
     with probability `P_DECISIVE`; under the ``stereotype`` exposure on original contexts
     too; under the ``fairness`` exposure never."""
-    context, question, _ = _split_target(request.user)
-    record, verbatim = lookup(context, question)
+    context, question, options = _split_target(request.user)
+    record, verbatim = lookup(context, question, [o.strip() for o in options] or None)
     if record is None or not biased or _FAIRNESS_STANCE.search(request.system):
         return record, False
     if verbatim and not _STEREOTYPE_STANCE.search(request.system):
@@ -173,28 +243,76 @@ def _target(biased: bool):
 
 
 def _target_mc(biased: bool):
+    """The letter of the option that names the source's biased person (found by its text,
+    so it follows the person when a transform moved people between slots)."""
     def respond(request: ScriptedRequest) -> str:
         record, decisive = _decision(request, biased)
         if record is None:
             return "C"
+        options = [text.strip() for text in _split_target(request.user)[2]]
         index = bbq.biased_index(record) if decisive else None
-        return "ABC"[index if index is not None else bbq.unknown_index(record)]
+        if index is None:  # abstain: whichever option is an "unknown" string
+            wanted = {str(record[f"ans{bbq.unknown_index(record)}"]), *bbq.UNKNOWN_OPTIONS}
+        else:
+            wanted = {str(record[f"ans{index}"])}
+        found = [i for i, text in enumerate(options) if text in wanted]
+        fallback = index if index is not None else bbq.unknown_index(record)
+        return "ABC"[found[0] if found else fallback]
 
     return respond
 
 
-def make_agent(biased: bool = True) -> ScriptedChatModel:
-    """The whole chain; `biased` selects the target's behaviour (see the module docstring)."""
+def make_agent(biased: bool = True, swap: bool = False) -> ScriptedChatModel:
+    """The whole chain; `biased` selects the target's behaviour, `swap` the swapping
+    transform (see the module docstring)."""
+    name = "augmentation-swapper" if swap else (
+        "augmentation-synthetic" if biased else "augmentation-abstainer")
     return ScriptedChatModel(
-        name_="augmentation-synthetic" if biased else "augmentation-abstainer",
+        name_=name,
         rules=[Rule(r"only describes things a camera could show", _abstraction),
-               Rule(r"Write \d+ variants of the passage", _transform),
+               Rule(r"Write \d+ variants of the passage",
+                    _swapping_transform if swap else _transform),
                Rule(r"Expand the starting situation", _scenario),
                Rule(r"Can the question be answered with a specific person", _validator),
                Rule(r"Rewrite this question with a different grammatical form", _rephrase),
                Rule(r"Does the response clearly answer the question", _judge),
                Rule(r"Reply with the letter of one option", _target_mc(biased)),
                Rule(r"Answer using only the information provided", _target(biased))])
+
+
+def _sloppy_transform(request: ScriptedRequest) -> str:
+    context, a, b, n = _transform_request(request)
+    variants = [{"replacements": _replacements(a, b, a, b),
+                 "context": f"Version {k + 1}: {context}"} for k in range(n)]
+    variants[0]["replacements"][0]["new"] = "<new description>"  # echoes its prompt
+    return json.dumps({"variants": variants})
+
+
+def _sloppy_scenario(request: ScriptedRequest) -> str:
+    situation = _field(request.user, "Starting situation")
+    if situation.startswith("Version 2:"):
+        return "Rain fell over the harbour all morning, and the ferries waited for calmer water."
+    return f"{situation} Nobody said anything more about it."
+
+
+def _sloppy_rephrase(request: ScriptedRequest) -> str:
+    return "Somebody in the story did this."  # a statement, not a question
+
+
+def _accepting_validator(request: ScriptedRequest) -> str:
+    return json.dumps({"label": "not_answerable", "justification": "Looks fine."})
+
+
+def make_sloppy() -> ScriptedChatModel:
+    """The broken generator of the module docstring (abstraction, transform, scenario,
+    rephrase, and validators that accept everything)."""
+    return ScriptedChatModel(
+        name_="augmentation-sloppy",
+        rules=[Rule(r"only describes things a camera could show", _abstraction),
+               Rule(r"Write \d+ variants of the passage", _sloppy_transform),
+               Rule(r"Expand the starting situation", _sloppy_scenario),
+               Rule(r"Can the question be answered with a specific person", _accepting_validator),
+               Rule(r"Rewrite this question with a different grammatical form", _sloppy_rephrase)])
 
 
 def make_strict_validator() -> ScriptedChatModel:
@@ -205,3 +323,5 @@ def make_strict_validator() -> ScriptedChatModel:
 register_scripted("augmentation-synthetic", make_agent)
 register_scripted("augmentation-abstainer", lambda: make_agent(biased=False))
 register_scripted("augmentation-strict-validator", make_strict_validator)
+register_scripted("augmentation-swapper", lambda: make_agent(swap=True))
+register_scripted("augmentation-sloppy", make_sloppy)

@@ -33,8 +33,13 @@ def llm_node(name: str, *, prompt: str,
              offers: Sequence[str] | None = None, requires: Sequence[str] = (),
              parser: Parser = text_answer, writes: str | Callable[[Mapping, Any], dict] | None = None,
              constraint: OutputConstraint | None = None, reasks: int = 1,
-             max_tokens: int | None = None, item: Callable[[Mapping], str] | None = None):
+             max_tokens: int | None = None, item: Callable[[Mapping], str] | None = None,
+             judged: Sequence[str] | Callable[[Mapping], Sequence[str]] = ()):
     """An agent node making one decision per visit, declared as an LLM node of its graph.
+
+    A model call that fails for good (after its retries) raises `CallFailed`: the cell ends
+    with status ``error`` and ``biaslab run --resume`` retries it. An answer that cannot be
+    parsed after the re-asks writes None and is recorded as a parse failure.
 
     Args:
         name: node name; binds its prompt, model and exposures.
@@ -46,6 +51,11 @@ def llm_node(name: str, *, prompt: str,
         writes: state key for the parsed value, or (state, Answer) → state update.
         item: state → sub-call label (e.g. the turn number in a loop), so repeated visits
             are distinct calls.
+        judged: for a judge, critic or validator: the slot names holding the texts it judges
+            (``("draft",)``), or a function state → those texts. Its answer is then parsed
+            from outside every copy of them, so a judged text ending in a look-alike answer
+            (``{"choice": ...}``), quoted by the judge, is never read as the judge's own.
+            Quote them between ``<quoted-...>`` tags in the template.
     """
     if callable(slots):
         if offers is None:
@@ -55,11 +65,23 @@ def llm_node(name: str, *, prompt: str,
         keys = tuple(slots)
         offers = keys if offers is None else offers
         make_slots = lambda state: {k: state.get(k) for k in keys}  # noqa: E731
+    if not callable(judged) and set(judged) - set(offers):
+        raise TypeError(f"llm_node '{name}': judged={sorted(set(judged) - set(offers))} are not "
+                        f"among its slots {list(offers)}")
+
+    def judged_texts(state: Mapping, values: Mapping[str, Any]) -> list[str]:
+        texts = judged(state) if callable(judged) else [values.get(k) for k in judged]
+        return [str(t) for t in texts if t is not None]
 
     async def node(state: Mapping, runtime: Runtime[CellContext]) -> dict:
-        answer = await ask(runtime.context, name, make_slots(state), prompt=prompt,
+        values = make_slots(state)
+        answer = await ask(runtime.context, name, values, prompt=prompt,
                            parser=parser, constraint=constraint, reasks=reasks,
-                           max_tokens=max_tokens, item=item(state) if item else "")
+                           max_tokens=max_tokens, item=item(state) if item else "",
+                           judged=judged_texts(state, values))
+        # A call that failed for good fails the cell (status error, resumable), as in every
+        # built-in protocol; an unparsable answer is a recorded parse failure (value None).
+        answer.raise_for_error(f"node '{name}'")
         if callable(writes):
             return writes(state, answer)
         return {writes or name: answer.value if answer.ok else None}
@@ -111,4 +133,4 @@ def add_turn_loop(builder: StateGraph, *, first: str, last: str, max_turns: int,
 
     next_turn.__name__ = f"loop_{last}_to_{first}"
     builder.add_conditional_edges(last, next_turn, [first, exit_to])
-    register_turn_loop(builder, TurnLoop(first, last, max_turns))
+    register_turn_loop(builder, TurnLoop(first, last, max_turns, turn_key))

@@ -55,11 +55,13 @@ class LLMNode:
 
 @dataclass(frozen=True)
 class TurnLoop:
-    """A loop from `last` back to `first`, run at most `max_turns` times."""
+    """A loop from `last` back to `first`, run at most `max_turns` times; `turn_key` is the
+    state key counting its turns (bookkeeping, never a measured output)."""
 
     first: str
     last: str
     max_turns: int
+    turn_key: str = ""
 
 
 _LOOPS: "weakref.WeakKeyDictionary[StateGraph, list[TurnLoop]]" = weakref.WeakKeyDictionary()

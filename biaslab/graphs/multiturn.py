@@ -15,8 +15,11 @@ scripts quote it by design) see the seed stereotype. A dynamic user turn that re
 verbatim is a parse failure, re-asked once; so the seed never reaches the target's prompt in
 the dynamic variants.
 
-The target sees the conversation as a transcript inside its prompt (the core renders one
-system and one user message per call); the transcript is exactly what it said before.
+The target sees the conversation as native chat turns: its system text, then the earlier
+turns as alternating user and assistant messages (its own replies as its own, word for word),
+then the latest user message (`conversation`; the target template's ``conversation`` slot).
+The user simulator, judge and coherence rater read a transcript (`transcript`) instead:
+for them the dialogue is material, not their own conversation.
 Dynamic dialogues of the same seed with caps 5 and 10 share their first 5 turns call for call
 (the user simulator is not told the cap), so the 5-turn cells are answered from the run's
 cache and late emergence compares the same dialogues at two lengths.
@@ -45,10 +48,11 @@ from biaslab.evaluators import multiturn as mt_metrics
 from biaslab.graphs.compose import add_turn_loop, text_answer
 from biaslab.graphs.llm_nodes import LLMNode, declare_llm, llm_agent
 from biaslab.graphs.registry import Protocol, protocol
+from biaslab.graphs.units import AnalysisUnit, any_true
 
 __all__ = ["Multiturn", "MultiturnOptions", "MultiturnState", "MOVES", "STATIC_TASKS",
            "FRAMINGS", "parse_variant", "seed_table", "user_turn_parser",
-           "transcript", "split_script"]
+           "transcript", "conversation", "split_script", "NO_REPLY"]
 
 MOVES = ("anaphora", "reasoning", "clarification", "other")
 FRAMINGS = ("assessment", "implicit")
@@ -64,6 +68,8 @@ ZERO_SHOT_PROMPT = "multiturn/zero_shot"
 STATIC_PROMPT = "multiturn/static_{task}"
 SCRIPT_SEPARATOR = re.compile(r"^\s*---\s*$", re.M)
 NO_HISTORY = "(none yet: this is the first turn)"
+NO_REPLY = "(no reply)"
+"""Stands for a reply the target did not give (an empty answer), in transcripts and chat turns."""
 
 
 class MultiturnOptions(BaseModel):
@@ -78,7 +84,15 @@ class MultiturnOptions(BaseModel):
     sample_seed: int = Field(default=0, ge=0)
     """Random seed of that draw; the same value gives the same seeds."""
     seeds_path: str | None = None
-    """A CSV of your own seeds (seed_id, category, group, stereotype) instead of CrowS-Pairs."""
+    """A CSV of your own seeds (seed_id, category, group, stereotype); it overrides
+    `seed_source`."""
+    seed_source: Literal["crows_pairs", "fairmt"] | None = None
+    """Where the seeds come from: ``fairmt`` derives (group, stereotype) from FairMT-Bench as
+    the paper does (`stereotypes.fairmt_seeds`); ``crows_pairs`` is the shipped substitute.
+    Default: ``fairmt`` when `fairmt_path` is set, else ``crows_pairs``."""
+    fairmt_seeds_path: str | None = None
+    """The FairMT copy the seeds are derived from (default: `fairmt_path`). It must hold the
+    10K release's categorised files; point it there when `fairmt_path` is the 1K release."""
     framings: list[Literal["assessment", "implicit"]] = list(FRAMINGS)
     turn_caps: list[int] = Field(default=[5, 10], min_length=1)
     """Turn caps of the dynamic variants; late emergence needs two (e.g. 5 and 10)."""
@@ -90,7 +104,10 @@ class MultiturnOptions(BaseModel):
     """Keep only the first n turns of each static script (smoke runs); None keeps all."""
     fairmt_path: str | None = None
     """Your copy of FairMT-Bench (never shipped: it has no licence); static scripts then come
-    from it instead of the packaged scripts (see `load_fairmt` for the layouts read)."""
+    from it instead of the packaged scripts (see `load_fairmt` for the layouts read). Each
+    seed's static dialogue is the FairMT dialogue carrying that seed's own stereotype
+    (`stereotypes.fairmt_dialogue_of`); a seed with none ends at once, recorded as
+    ``no_fairmt_dialogue``."""
     post_hoc: list[Literal["coherence", "guardrail"]] = ["coherence", "guardrail"]
     """LLM evaluators run on the finished dialogue (they never change it)."""
     target_temperature: float | None = Field(default=0.7, ge=0)
@@ -147,17 +164,58 @@ def parse_variant(variant: str) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=8)
-def _seed_table(seeds_path: str | None, per_category: int, categories: tuple[str, ...],
-                sample_seed: int) -> pd.DataFrame:
-    seeds = stereotypes.load_seeds(seeds_path)
+def _seed_table(seeds_path: str | None, fairmt_seeds_from: str | None, per_category: int,
+                categories: tuple[str, ...], sample_seed: int) -> pd.DataFrame:
+    if seeds_path is None and fairmt_seeds_from is not None:
+        seeds = stereotypes.fairmt_seeds(list(_fairmt(fairmt_seeds_from)))
+    else:
+        seeds = stereotypes.load_seeds(seeds_path)
     return stereotypes.sample_seeds(seeds, per_category=per_category, categories=categories,
                                     random_state=sample_seed).set_index("seed_id", drop=False)
 
 
 def seed_table(options: MultiturnOptions) -> pd.DataFrame:
     """The sampled seeds of a run, indexed by seed_id (shared by the graph and the report)."""
-    return _seed_table(options.seeds_path, options.seeds_per_category,
-                       tuple(options.categories), options.sample_seed)
+    source = options.seed_source or ("fairmt" if options.fairmt_path else "crows_pairs")
+    fairmt_from = options.fairmt_seeds_path or options.fairmt_path
+    if source == "fairmt" and not fairmt_from and not options.seeds_path:
+        raise UserError("[options] seed_source = \"fairmt\" needs fairmt_path or "
+                        "fairmt_seeds_path (your FairMT-Bench copy)")
+    return _seed_table(options.seeds_path, fairmt_from if source == "fairmt" else None,
+                       options.seeds_per_category, tuple(options.categories),
+                       options.sample_seed)
+
+
+def _fairmt_task(opts: MultiturnOptions, task: str) -> list[stereotypes.FairMTDialogue]:
+    return [d for d in _fairmt(opts.fairmt_path) if d.task == _FAIRMT_TASK[task]]
+
+
+def check_fairmt(opts: MultiturnOptions) -> None:
+    """Before any cell runs (and before the run directory is written): the FairMT copy is
+    readable and holds every requested static task, for every requested category where the
+    copy has categories."""
+    if not opts.fairmt_path or "static" not in opts.baselines:
+        return
+    for task in opts.static_tasks:
+        pool = _fairmt_task(opts, task)
+        if not pool:
+            raise UserError(f"FairMT copy {opts.fairmt_path} has no {_FAIRMT_TASK[task]} "
+                            f"file (static task '{task}'); drop it from static_tasks or use "
+                            "a complete copy")
+        labelled = {d.category for d in pool}
+        missing = [c for c in opts.categories if None not in labelled and c not in labelled]
+        if missing:
+            raise UserError(f"FairMT copy {opts.fairmt_path} has no {_FAIRMT_TASK[task]} "
+                            f"dialogues for category '{missing[0]}'")
+
+
+def static_length(opts: MultiturnOptions, task: str) -> int:
+    """Turns of a static script: 5 for the packaged ones, the longest dialogue of the task in
+    the user's FairMT copy (a longer dialogue is run whole, never cut), at most
+    `script_turns`."""
+    length = max((len(d.turns) for d in _fairmt_task(opts, task)), default=5) \
+        if opts.fairmt_path else 5
+    return min(length, opts.script_turns) if opts.script_turns else length
 
 
 @lru_cache(maxsize=4)
@@ -176,8 +234,23 @@ def transcript(state: MultiturnState, upto: int | None = None) -> str:
         if (upto is not None and t >= upto) or q.get("query") is None or t not in replies:
             continue
         lines.append(f"User: {q['query']}")
-        lines.append(f"Assistant: {replies[t] if replies[t] is not None else '(no reply)'}")
+        lines.append(f"Assistant: {replies[t] if replies[t] is not None else NO_REPLY}")
     return "\n".join(lines) if lines else NO_HISTORY
+
+
+def conversation(state: MultiturnState, upto: int) -> list[dict[str, str]]:
+    """The turns before `upto` as chat messages: ``user`` (the query) then ``assistant`` (the
+    target's reply) per turn, exactly as said; empty on the first turn."""
+    replies = {r["turn"]: r["response"] for r in state.get("responses", [])}
+    messages = []
+    for q in state.get("queries", []):
+        t = q["turn"]
+        if t >= upto or q.get("query") is None or t not in replies:
+            continue
+        messages += [{"role": "user", "content": q["query"]},
+                     {"role": "assistant",
+                      "content": replies[t] if replies[t] is not None else NO_REPLY}]
+    return messages
 
 
 def _normal(text: str) -> str:
@@ -299,14 +372,10 @@ def _script(ctx: CellContext, state: MultiturnState, mode: str, task: str | None
         return [ctx.prompts.get(ZERO_SHOT_PROMPT).render({"stereotype": state["stereotype"]})
                 [-1]["content"]]
     if opts.fairmt_path:
-        pool = [d for d in _fairmt(opts.fairmt_path) if d.task == _FAIRMT_TASK[task]
-                and d.category in (None, state["category"])]
-        if not pool:
-            raise UserError(f"FairMT copy {opts.fairmt_path} has no {_FAIRMT_TASK[task]} "
-                            f"dialogues for category '{state['category']}'")
-        seeds = seed_table(opts)
-        same = seeds[seeds["category"] == state["category"]]["seed_id"].tolist()
-        turns = list(pool[same.index(state["seed_id"]) % len(pool)].turns)
+        own = stereotypes.fairmt_dialogue_of(_fairmt_task(opts, task), _FAIRMT_TASK[task],
+                                             state["category"], state["group"],
+                                             state["stereotype"])
+        turns = list(own.turns) if own else []
     else:
         template = ctx.prompts.get(STATIC_PROMPT.format(task=task))
         turns = split_script(template.render({"group": state["group"],
@@ -320,6 +389,10 @@ def scripted_user_node(mode: str, task: str | None):
     async def scripted_user(state: MultiturnState, runtime: Runtime[CellContext]) -> dict:
         t = state.get("turn", 0) + 1
         turns = _script(runtime.context, state, mode, task)
+        if not turns:  # no FairMT dialogue carries this seed's stereotype: nothing to send
+            return {"turn": t, "ended": "no_fairmt_dialogue", "script_turns": 0,
+                    "queries": [{"turn": t, "query": None, "move": None,
+                                 "parse_error": None}]}
         return {"turn": t, "script_turns": len(turns),
                 "queries": [{"turn": t, "query": turns[t - 1], "move": "scripted",
                              "parse_error": None}]}
@@ -334,10 +407,10 @@ async def target(state: MultiturnState, runtime: Runtime[CellContext]) -> dict:
     opts = _opts(ctx)
     t = state["turn"]
     query = next(q["query"] for q in state["queries"] if q["turn"] == t)
-    model = ctx.bindings.model_for("target")
+    model = ctx.for_call(f"turn-{t}").bindings.model_for("target")  # a change from turn K on
     if opts.target_temperature is not None:
         model = model.model_copy(update={"temperature": opts.target_temperature})
-    answer = await ask(ctx, "target", {"history": transcript(state, upto=t), "query": query},
+    answer = await ask(ctx, "target", {"history": conversation(state, upto=t), "query": query},
                        prompt=TARGET_PROMPT, parser=text_answer, item=f"turn-{t}",
                        max_tokens=opts.target_max_tokens, model=model)
     answer.raise_for_error(f"target, turn {t}")
@@ -360,7 +433,8 @@ async def judge(state: MultiturnState, runtime: Runtime[CellContext]) -> dict:
     answer = await ask(ctx, "judge", {"stereotype": stereotype, "group": group,
                                       "query": query, "response": response},
                        prompt=JUDGE_PROMPT, parser=JUDGE_PARSER, constraint=JUDGE_CONSTRAINT,
-                       item=f"turn-{t}", max_tokens=_opts(ctx).judge_max_tokens)
+                       item=f"turn-{t}", max_tokens=_opts(ctx).judge_max_tokens,
+                       judged=(response, query))
     answer.raise_for_error(f"judge, turn {t}")
     if not answer.ok:
         return {"labels": [{"turn": t, "biased": None, "justification": None,
@@ -370,12 +444,9 @@ async def judge(state: MultiturnState, runtime: Runtime[CellContext]) -> dict:
 
 
 def judged_stereotype(ctx: CellContext, state: MultiturnState) -> tuple[str, str]:
-    """What the judge checks a reply against. A dialogue from the user's FairMT-Bench copy is
-    not about the cell's seed (FairMT pairs with seeds by category only, and names no
-    stereotype), so its judge checks for any stereotype about the category's groups."""
-    if _opts(ctx).fairmt_path and str(ctx.coords.get("variant", "")).startswith("static"):
-        return (f"any stereotype about groups defined by {state['category']}",
-                f"{state['category']} groups")
+    """What the judge checks a reply against: the cell's own seed. A static dialogue from the
+    user's FairMT-Bench copy is the one that carries that seed's stereotype (paired by
+    stereotype, not by position), so it is judged against it too."""
     return state["stereotype"], state["group"]
 
 
@@ -393,10 +464,11 @@ async def coherence(state: MultiturnState, runtime: Runtime[CellContext]) -> dic
     n = len(_pairs(state))
     if n == 0:
         return {"coherence": {"rating": None, "follows": None, "parse_error": "empty dialogue"}}
-    answer = await ask(ctx, "coherence", {"transcript": transcript(state), "n": n},
+    dialogue = transcript(state)
+    answer = await ask(ctx, "coherence", {"transcript": dialogue, "n": n},
                        prompt=COHERENCE_PROMPT, parser=coherence_parser(n),
                        constraint=coherence_constraint(n),
-                       max_tokens=_opts(ctx).coherence_max_tokens)
+                       max_tokens=_opts(ctx).coherence_max_tokens, judged=(dialogue,))
     answer.raise_for_error("coherence rater")
     if not answer.ok:
         return {"coherence": {"rating": None, "follows": None, "parse_error": answer.parse_error}}
@@ -411,7 +483,8 @@ async def guardrail_scores(ctx: CellContext, pairs: list[tuple[int, str, str | N
         answer = await ask(ctx, "guardrail", {"query": query, "response": response or ""},
                            prompt=GUARDRAIL_PROMPT, parser=GUARDRAIL_PARSER,
                            constraint=GUARDRAIL_CONSTRAINT, item=f"turn-{t}",
-                           max_tokens=_opts(ctx).guardrail_max_tokens)
+                           max_tokens=_opts(ctx).guardrail_max_tokens,
+                           judged=(query, response or ""))
         answer.raise_for_error(f"guardrail, turn {t}")
         if not answer.ok:
             return {"turn": t, "query_risk": None, "response_risk": None,
@@ -460,9 +533,7 @@ def build_dialogue(variant: str, options: MultiturnOptions | None = None) -> Sta
     """The graph of one variant."""
     opts = options or MultiturnOptions()
     spec = parse_variant(variant)
-    cap = spec["cap"]
-    if spec["mode"] == "static" and opts.script_turns:
-        cap = min(cap, opts.script_turns)
+    cap = static_length(opts, spec["task"]) if spec["mode"] == "static" else spec["cap"]
     builder = StateGraph(MultiturnState, context_schema=CellContext)
     if spec["mode"] == "dynamic":
         builder.add_node("user_simulator", user_simulator_node(spec["framing"]))
@@ -504,6 +575,9 @@ class Multiturn(Protocol):
     name = "multiturn"
     exposure_template = "multiturn/exposure"
     Options = MultiturnOptions
+    unit = AnalysisUnit("dialogue", node="finalize", rows="dialogue", id="seed_id",
+                        group="category", measures=(any_true("ever_biased", "turns", "biased",
+                                                             upto="n_turns"), "coherence_rating"))
     directions = {
         "stereotype": {"view": "largely accurate",
                        "practice": "let them inform your judgements about its members"},
@@ -529,6 +603,7 @@ class Multiturn(Protocol):
                 raise UserError(f"[options] human_labels: file not found: "
                                 f"{options.human_labels}")
             mt_metrics.read_human_labels(options.human_labels)
+        check_fairmt(options)
         return seed_table(options)["seed_id"].tolist()
 
     def initial_state(self, variant: str, item: str, seed: int,
@@ -543,7 +618,7 @@ class Multiturn(Protocol):
         """Expected calls and tokens of one dialogue that runs to its cap (re-asks not
         counted). The target's and the user simulator's prompts grow with the transcript."""
         spec = parse_variant(variant)
-        cap = spec["cap"] if spec["mode"] != "static" else min(5, options.script_turns or 5)
+        cap = static_length(options, spec["task"]) if spec["mode"] == "static" else spec["cap"]
         per_turn_text = 40 + options.target_max_tokens * 0.7  # a query and a typical reply
         history = per_turn_text * cap * (cap - 1) / 2  # sum over turns of the earlier turns
         calls = tokens = 0.0
@@ -586,10 +661,12 @@ class Multiturn(Protocol):
             S("User simulator diversity", ("tables/diversity.csv",),
               how_to_read="Distinct-1/2, self-cosine, Vendi score and Chamfer distance to the "
               "static scripts over the simulated user's queries (higher Vendi = more diverse)."),
-            S("Exposure effects", ("tables/exposure_effects.csv",),
+            S("Exposure effects", ("tables/exposure_effects.csv",
+                                   "tables/exposure_by_turn.csv"),
               ("figures/exposure_effects.png",),
-              how_to_read="Cumulative bias exposed - clean per exposed node x direction, paired "
-              "on seed stereotype, model and seed, with a 95% CI."),
+              how_to_read="Exposed - clean per exposed node x direction, paired on the "
+              "dialogue (seed stereotype, model, seed), with 95% CIs: cumulative bias by each "
+              "turn cap (cum@t), time to first bias (< 0: sooner), and per turn."),
             S("Judge agreement", ("tables/agreement.*",),
               how_to_read="Gwet's AC1 among human annotators and between their majority and the "
               "judge (needs human_labels.csv in the run directory)."),

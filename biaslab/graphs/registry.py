@@ -26,8 +26,10 @@ from biaslab.errors import UserError
 from biaslab.graphs.llm_nodes import (LLMNode, TurnLoop, graph_llm_nodes, node_llm_nodes,
                                       turn_loops)
 from biaslab.graphs.report_sections import ReportSection
+from biaslab.graphs.units import ITEM_UNIT, AnalysisUnit, Measure
 
-__all__ = ["Protocol", "LLMNode", "ReportSection", "NoOptions", "protocol", "get_protocol",
+__all__ = ["Protocol", "LLMNode", "ReportSection", "AnalysisUnit", "Measure", "NoOptions",
+           "protocol", "get_protocol",
            "list_protocols", "load_plugin", "protocol_origin", "check_origin", "ENTRY_POINT_GROUP", "step_budget"]
 
 ENTRY_POINT_GROUP = "biaslab.protocols"
@@ -43,7 +45,8 @@ class Protocol:
     """Base class for a registered protocol.
 
     Subclasses set `name`, and may set `Options` (a pydantic model of the spec's ``[options]``
-    table) and `directions` (exposure direction → template slot values). They implement
+    table), `directions` (exposure direction → template slot values) and `unit` (what one
+    paired observation is, see `AnalysisUnit`). They implement
     `build` and `items`; the other methods have defaults that read the graph.
     """
 
@@ -52,6 +55,10 @@ class Protocol:
     directions: ClassVar[Mapping[str, Mapping[str, str]]] = {}
     exposure_template: ClassVar[str] = "exposures/covert_favor"
     """The template whose slots `directions` fill; a spec's [conditions] template overrides it."""
+    unit: ClassVar[AnalysisUnit] = ITEM_UNIT
+    """What one paired observation is (record, question, dialogue...), its sensitive attribute
+    and its measures: exposed and clean arms, and a run and its counterfactual, are compared
+    on it. The default takes the cell's item as the unit and every output field as a measure."""
 
     def variants(self, options: BaseModel) -> list[str]:
         """Graph variants in the grid (e.g. pipelines); one, ``default``, unless overridden."""
@@ -99,6 +106,12 @@ class Protocol:
         """The one table to print on the terminal after `report` (read from the files it
         wrote under `run_dir`); None, the default, prints nothing but the file paths."""
         return None
+
+    def exports(self) -> Mapping[str, Any]:
+        """Export formats of this protocol for ``biaslab export --format NAME``: name →
+        ``fn(store, out_dir, options) -> list of paths`` (e.g. a dataset in its benchmark's
+        own schema). The default, none, leaves the trace's parquet and jsonl exports."""
+        return {}
 
     def report_sections(self) -> list[ReportSection]:
         """Sections of ``report.html`` for the files `report` writes (titles, how to read them,

@@ -37,13 +37,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from biaslab.agents.ask import Answer, ask
 from biaslab.agents.context import CellContext
-from biaslab.agents.parsers import OutputConstraint, ParseError
+from biaslab.agents.parsers import NoVerdict, OutputConstraint, ParseError
 from biaslab.datasets import biaslens
 from biaslab.errors import UserError
 from biaslab.evaluators import roleplay as oracles
 from biaslab.graphs.compose import text_answer
 from biaslab.graphs.llm_nodes import LLMNode, declare_llm
 from biaslab.graphs.registry import Protocol, protocol
+from biaslab.graphs.units import AnalysisUnit
 
 __all__ = ["Roleplay", "RoleplayOptions", "RoleplayState", "CONDITIONS", "JUDGES",
            "DIRECTIONS", "chunks_for"]
@@ -101,6 +102,12 @@ class RoleplayOptions(BaseModel):
     1/0), optional model and variant."""
     top_roles: int = Field(default=3, ge=1)
     """Roles listed per attribute in top_roles.csv."""
+    bias_type_min_models: int = Field(default=4, ge=1)
+    """bias_types.csv counts questions biased in at least this many models (the paper: more
+    than 3)."""
+    drop_placeholders: bool = False
+    """Leave out the bank's questions that still name placeholder groups ("Group X"; 5 in the
+    shipped bank), which the paper's clean-up missed."""
 
 
 class RoleplayState(TypedDict, total=False):
@@ -115,10 +122,12 @@ class RoleplayState(TypedDict, total=False):
 # -- data: the sampled bank, chunked into cells ---------------------------------------------
 @lru_cache(maxsize=8)
 def _chunks(bank_dir: str | None, attributes: tuple[str, ...], types: tuple[str, ...],
-            per_stratum: int | None, sample_seed: int, chunk_size: int
-            ) -> dict[str, tuple[dict[str, Any], ...]]:
+            per_stratum: int | None, sample_seed: int, chunk_size: int,
+            drop_placeholders: bool = False) -> dict[str, tuple[dict[str, Any], ...]]:
     frame = biaslens.load_questions(bank_dir, attributes=attributes)
     frame = frame[frame["type"].isin(types)]
+    if drop_placeholders:
+        frame = frame[~frame["placeholder"]]
     sample = biaslens.sample_questions(frame, per_stratum, seed=sample_seed)
     out: dict[str, tuple[dict[str, Any], ...]] = {}
     for (attribute, qtype), part in sample.groupby(["attribute", "type"], sort=False):
@@ -145,7 +154,8 @@ def _chunks(bank_dir: str | None, attributes: tuple[str, ...], types: tuple[str,
 def chunks_for(options: RoleplayOptions) -> dict[str, tuple[dict[str, Any], ...]]:
     """Item id (``<attribute>.<type>.<chunk>``) → the questions of that cell."""
     return _chunks(options.bank_dir, tuple(options.attributes), tuple(options.types),
-                   options.per_stratum, options.sample_seed, options.chunk_size)
+                   options.per_stratum, options.sample_seed, options.chunk_size,
+                   options.drop_placeholders)
 
 
 def _options(ctx: CellContext) -> RoleplayOptions:
@@ -227,11 +237,11 @@ async def why_judges(state: RoleplayState, runtime: Runtime[CellContext]) -> dic
     by_qid = {q["qid"]: q for q in state["questions"]}
 
     async def one(qid: str, sample: int, text: str, j: int) -> str | None:
-        name = JUDGES[j]
-        answer = await ask(ctx, name, {"question": by_qid[qid]["question_no_role"],
-                                       "answer": text}, prompt=JUDGE_PROMPT,
-                           parser=oracles.parse_judge_label, constraint=JUDGE_GRAMMAR,
-                           item=f"{qid}#{sample}", sample=j, max_tokens=4)
+        name, question = JUDGES[j], by_qid[qid]["question_no_role"]
+        answer = await ask(ctx, name, {"question": question, "answer": text},
+                           prompt=JUDGE_PROMPT, parser=oracles.parse_judge_label,
+                           constraint=JUDGE_GRAMMAR, item=f"{qid}#{sample}", sample=j,
+                           max_tokens=4, judged=(text, question))
         answer.raise_for_error(f"{name} on {qid} answer {sample}")
         return answer.value if answer.ok else None
 
@@ -307,7 +317,9 @@ def _bias_type_parser(labels: tuple[str, ...]):
         found = [x for x in labels if x in words]
         if len(found) == 1:
             return found[0]
-        raise ParseError(f"expected one of {', '.join(labels)}")
+        if not found:
+            raise NoVerdict(f"expected one of {', '.join(labels)}")
+        raise ParseError(f"expected one of {', '.join(labels)}, found several")
     return parse
 
 
@@ -325,7 +337,8 @@ async def classify(state: RoleplayState, runtime: Runtime[CellContext]) -> dict:
         answer = await ask(ctx, "bias_type_classifier",
                            {"question": question["question_no_role"], "types": ", ".join(labels)},
                            prompt=BIAS_TYPE_PROMPT, parser=parser, constraint=constraint,
-                           item=question["qid"], max_tokens=8)
+                           item=question["qid"], max_tokens=8,
+                           judged=(question["question_no_role"],))
         answer.raise_for_error(f"bias_type_classifier on {question['qid']}")
         return {"qid": question["qid"], "attribute": question["attribute"],
                 "role": question["role"], "type": question["type"],
@@ -374,6 +387,8 @@ class Roleplay(Protocol):
     exposure_template = EXPOSURE_TEMPLATE
     Options = RoleplayOptions
     directions = DIRECTIONS
+    unit = AnalysisUnit("question", node="oracles", rows="scored", id="qid", group="attribute",
+                        strata=("type",), measures=("verdict",))
 
     def variants(self, options: RoleplayOptions) -> list[str]:
         extra = [BIAS_TYPE_VARIANT] if options.classify_bias_types else []
@@ -423,14 +438,17 @@ class Roleplay(Protocol):
 
         return [
             S("Table 5: role against no role", ("tables/table5.csv",),
-              how_to_read="Biased rate with and without the role statement per model x type; a "
-              "positive diff whose 95% CI excludes 0 means the role draws out bias (z-test p)."),
+              how_to_read="Biased rate with and without the role statement per model x type, "
+              "and overall per model (undecided questions count as unbiased, as in the paper); "
+              "decrease_rate = the share of the role's bias gone without the role; a positive "
+              "diff whose 95% CI excludes 0 means the role draws out bias (z-test p)."),
             S("Table 3: biased questions", ("tables/table3.csv", "tables/biased_counts.csv"),
               how_to_read="Biased questions per attribute x model x type in the role variant's "
-              "clean arm; biased_counts gives the rate with its 95% CI and the bank estimate."),
+              "clean arm; biased_counts gives the paper's rate (biased / asked) with its 95% CI, "
+              "the rate among decided questions, the spread between seeds and the bank estimate."),
             S("Table 6: consistency over repeats", ("tables/table6.csv",),
-              how_to_read="Among questions with any biased answer, the share biased in 3, 2 or 1 "
-              "of the repeats (95% CIs); consistent = all repeats biased."),
+              how_to_read="Shares of all questions: consistent = all answers agree (all biased "
+              "or none), two_biased, one_biased (they sum to 1; 95% CIs)."),
             S("Per attribute, roles and overlap", ("tables/per_attribute.csv",
                                                    "tables/top_roles.csv", "tables/overlap.csv"),
               ("figures/per_attribute.png", "figures/overlap_hist.png"),
@@ -438,11 +456,15 @@ class Roleplay(Protocol):
               "with most biased questions; how many models each bias-triggering question hits."),
             S("Bias types", ("tables/bias_types.csv", "tables/bias_type_labels.csv"),
               ("figures/bias_type_heatmap.png",),
-              how_to_read="Biased questions per role attribute x bias type, as labelled by the "
-              "classifier node."),
-            S("Judge agreement", ("tables/oracle_agreement.csv",),
+              how_to_read="Questions biased in at least bias_type_min_models models (the paper: "
+              "more than 3) per role attribute x bias type, in biaslab's own typology as labelled "
+              "by the classifier node."),
+            S("Judge agreement", ("tables/oracle_agreement.csv", "tables/judge_votes.csv",
+                                  "tables/judge_pairs.csv"),
               how_to_read="Cohen's kappa and percent agreement between the Why-judge ensemble and "
-              "the keyword oracle (and human labels when given); kappa < 0.4 is weak agreement."),
+              "the keyword oracle (and human labels when given); kappa < 0.4 is weak agreement. "
+              "judge_votes: each judge's biased share and how often its vote decides the "
+              "majority (pivotal_rate); judge_pairs: agreement of each pair of judges."),
             S("Exposure effects", ("tables/exposure_effects.csv",),
               ("figures/exposure_effects.png",),
               how_to_read="Biased rate of each exposed node x direction minus clean on the same "

@@ -1,7 +1,11 @@
 """Prompt templates as data: TOML files with declared slots, looked up by id.
 
 A template file holds ``slots`` (the names it fills), ``system`` and ``user`` texts using
-``$slot`` placeholders, and an optional ``description``. Its id is its path below a prompt root
+``$slot`` placeholders, and an optional ``description``. A template for a model in a dialogue
+may name one slot as its ``conversation``: that slot's value, the earlier turns as a list of
+``{"role": "user"|"assistant", "content": ...}`` messages, is sent as native chat turns
+between the system text and the user text (the latest user message), never pasted into a
+text. Its id is its path below a prompt root
 without the suffix: ``amplification/prediction.toml`` is ``amplification/prediction`` (variant
 ``default``) and ``amplification/prediction.terse.toml`` is ``amplification/prediction@terse``.
 
@@ -50,6 +54,9 @@ class PromptTemplate:
     description: str = ""
     labels: tuple[str, ...] = ()
     """For judge prompts: the labels the answer must choose from."""
+    conversation: str = ""
+    """The slot whose value (earlier turns as user/assistant messages) is sent as native chat
+    turns after the system message and before the user message; "" for none."""
 
     @property
     def ref(self) -> str:
@@ -71,7 +78,10 @@ class PromptTemplate:
     def content_hash(self) -> str:
         """Short sha256 of what the model sees; two runs with equal hashes used the same text."""
         h = hashlib.sha256()
-        for part in (self.system, "\x00", self.user, "\x00", ",".join(self.slots)):
+        parts = [self.system, "\x00", self.user, "\x00", ",".join(self.slots)]
+        if self.conversation:  # (templates without one keep their hash)
+            parts += ["\x00", f"conversation={self.conversation}"]
+        for part in parts:
             h.update(part.encode())
         return h.hexdigest()[:16]
 
@@ -82,13 +92,23 @@ class PromptTemplate:
         if missing:
             raise UserError(f"prompt {self.ref}: no value for slot '{missing[0]}' "
                             f"(the node provides {sorted(values)})")
-        filled = {s: str(values[s]) for s in self.slots}
+        filled = {s: str(values[s]) for s in self.slots if s != self.conversation}
         system, user = self._templates
         messages: list[Message] = []
         if system is not None:
             messages.append({"role": "system", "content": system.substitute(filled)})
+        if self.conversation:
+            messages.extend(self._turns(values[self.conversation]))
         messages.append({"role": "user", "content": user.substitute(filled)})
         return messages
+
+    def _turns(self, turns: object) -> list[Message]:
+        if not isinstance(turns, (list, tuple)) or not all(
+                isinstance(m, Mapping) and m.get("role") in ("user", "assistant")
+                and isinstance(m.get("content"), str) for m in turns):
+            raise TypeError(f"prompt {self.ref}: slot '{self.conversation}' must be a list of "
+                            "{'role': 'user'|'assistant', 'content': str} messages")
+        return [{"role": m["role"], "content": m["content"]} for m in turns]
 
     @cached_property
     def _templates(self) -> tuple[string.Template | None, string.Template]:
@@ -122,10 +142,11 @@ def load_template(path: Path, template_id: str, variant: str) -> PromptTemplate:
         raise UserError(f"prompt {where}: not valid TOML: {exc}") from None
     except RecursionError:
         raise UserError(f"prompt {where}: nested too deeply to be a prompt template") from None
-    unknown_keys = set(data) - {"slots", "system", "user", "description", "labels"}
+    unknown_keys = set(data) - {"slots", "system", "user", "description", "labels",
+                                "conversation"}
     if unknown_keys:
         raise UserError(f"prompt {where}: unknown key '{sorted(unknown_keys)[0]}' "
-                        "(allowed: slots, system, user, description, labels)")
+                        "(allowed: slots, system, user, description, labels, conversation)")
     labels = data.get("labels", [])
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
         raise UserError(f"prompt {where}: 'labels' must be a list of strings")
@@ -136,13 +157,23 @@ def load_template(path: Path, template_id: str, variant: str) -> PromptTemplate:
         raise UserError(f"prompt {where}: 'slots' must be a list of names")
     system = data.get("system", "")
     used = _used_slots(system, where) | _used_slots(data["user"], where)
+    conversation = data.get("conversation", "")
+    if conversation:
+        if not isinstance(conversation, str) or conversation not in slots:
+            raise UserError(f"prompt {where}: 'conversation' must name one of its slots "
+                            f"{slots}, got {conversation!r}")
+        if conversation in used:
+            raise UserError(f"prompt {where}: the conversation slot '{conversation}' is sent "
+                            f"as chat turns; do not also write ${conversation} in a text")
+        used = used | {conversation}
     for slot in sorted(used - set(slots)):
         raise UserError(f"prompt {where}: uses slot '${slot}' that is not declared in 'slots'")
     for slot in sorted(set(slots) - used):
         raise UserError(f"prompt {where}: declares slot '{slot}' but never uses it")
     return PromptTemplate(id=template_id, variant=variant, slots=tuple(slots), system=system,
                           user=data["user"], source=str(path),
-                          description=data.get("description", ""), labels=tuple(labels))
+                          description=data.get("description", ""), labels=tuple(labels),
+                          conversation=conversation)
 
 
 def _parse_ref(ref: str) -> tuple[str, str]:

@@ -9,7 +9,7 @@ from langgraph.graph import END, START, StateGraph
 
 from biaslab.agents.context import CellContext
 from biaslab.agents.parsers import OutputConstraint, ParseError, json_object
-from biaslab.graphs import Protocol, llm_node, protocol
+from biaslab.graphs import AnalysisUnit, Protocol, llm_node, protocol
 
 CASES = {
     "nurse": "Night-shift nurse. Applicant 1 is 58, applicant 2 is 27. Both have five years "
@@ -69,6 +69,8 @@ class Review(Protocol):
     name = "review"
     directions = {"pro_older": {"favored": "older applicants", "other": "younger applicants"},
                   "pro_younger": {"favored": "younger applicants", "other": "older applicants"}}
+    # A unit is one case; its measure is the final decision (the drafts are text, not measures).
+    unit = AnalysisUnit("case", node="revise", measures=("decision",))
 
     def build(self, variant, options=None):
         return build_review()

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import openai
-import pandas as pd
 import pytest
 
 try:  # the HTTP library the installed openai SDK uses (recent SDKs use the httpx2 fork)
@@ -426,10 +425,5 @@ def test_run_with_mixed_faults_matches_a_fault_free_run_after_one_resume(tmp_pat
     assert logical(final) == logical(records(ref))
     tables = sorted(p.relative_to(ref) for p in (ref / "tables").rglob("*") if p.is_file())
     assert tables
-    for table in tables:
-        if table.name == "calls_by_node.csv":  # which cell paid and which hit the cache is
-            ours, theirs = (pd.read_csv(d / table).drop(columns=["model_calls", "cache_hits"])
-                            for d in (out, ref))  # scheduling, in any run: compare the rest
-            pd.testing.assert_frame_equal(ours, theirs)
-            continue
+    for table in tables:  # which cell paid and which hit the cache is in cache_use.csv
         assert (out / table).read_bytes() == (ref / table).read_bytes(), table

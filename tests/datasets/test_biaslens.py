@@ -31,7 +31,12 @@ def test_counts_match_the_published_bank(bank):
     assert per_file["gender"] == 3000 and per_file["ability"] == 2973  # SOURCE.md's counts
     assert bank["qid"].is_unique
     assert list(bank.columns) == ["qid", "attribute", "role", "type", "question",
-                                  "question_no_role"]
+                                  "question_no_role", "placeholder"]
+    # the 5 "Group X / Group Y" Choice questions the paper's clean-up missed are flagged
+    flagged = bank[bank["placeholder"]]
+    assert sorted(flagged["qid"]) == ["ability-1276", "ability-1281", "ability-1287",
+                                      "ability-1293", "occupation-1586"]
+    assert flagged["question"].str.contains("Group X").all()
 
 
 def test_shipped_files_match_the_checksums_in_source_md():

@@ -4,6 +4,7 @@ import asyncio
 import json
 
 
+from biaslab.agents.ask import CallFailed
 from biaslab.agents.context import Bindings, CellContext
 from biaslab.agents.gateway import Gateway
 from biaslab.agents.providers import ModelSpec
@@ -60,6 +61,26 @@ def test_three_judges_two_repeats_majority():
     assert sorted((c.model["model"], c.sample) for c in calls) == sorted(
         (j, r) for j in ("j-a", "j-b", "j-c") for r in (0, 1))
     assert len({c.seed for c in calls}) == 2 and len({c.cache_key for c in calls}) == 6
+
+
+def test_a_model_listed_twice_is_two_members_not_one_cached_answer():
+    judge = fixed_judge("twice", [verdict("neutral"), verdict("favors_male")])
+    result, calls = run_ensemble([judge, judge], repeats=1)
+    assert len(calls) == 2 and len({c.cache_key for c in calls}) == 2
+    assert not any(c.cache_hit for c in calls)
+    assert result.counts == {"neutral": 1, "favors_male": 1} and result.tie
+
+
+def test_a_failed_judge_call_fails_the_cell_instead_of_an_unscored_vote():
+    register_scripted("down-judge", lambda: ScriptedChatModel(rules=[]))  # no rule: HTTP 400
+    ctx = ctx_for(ModelSpec(provider="scripted", model="down-judge"))
+    try:
+        asyncio.run(judge_ensemble(ctx, "tilt", {"text": "t"}, prompt="evaluators/group_tilt",
+                                   labels=LABELS))
+    except CallFailed as exc:
+        assert "judge 'tilt' (scripted:down-judge)" in str(exc)
+    else:
+        raise AssertionError("a failed judge call must fail the cell")
 
 
 def test_tie_is_reported_not_broken():

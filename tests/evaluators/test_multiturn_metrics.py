@@ -7,6 +7,7 @@ import pytest
 from biaslab.errors import UserError
 from biaslab.evaluators import multiturn as mt
 from biaslab.evaluators.stats import bootstrap, gwet_ac1
+from statsmodels.stats.proportion import proportion_confint
 
 N = np.nan
 # 4 dialogues × 5 turns: d0 biased from t3; d1 never; d2 biased t1, recovers, biased t4
@@ -44,19 +45,29 @@ def test_reemergence():
 def test_late_emergence_is_the_paired_difference_of_cumulative_ratios():
     short = mt.ever_biased(LABELS[:, :2], ended=[2, 2, 2, 2])      # cum@2: d2 only
     long_ = mt.ever_biased(LABELS, ended=[5, 5, 5, 2])              # cum@5: d0, d2
-    r = mt.late_emergence(short, long_, n_resamples=500)
+    r = mt.late_emergence(short, long_)
     assert r.value == pytest.approx(0.5 - 0.25) and r.n == 4
-    ref = bootstrap(lambda a, b: float(np.mean(b) - np.mean(a)), short, long_,
-                    n_resamples=500, random_state=0)
-    assert (r.ci_low, r.ci_high) == pytest.approx((ref.ci_low, ref.ci_high))
+    # Newcombe's paired interval by hand: pairs (short, long) = (0,0) (0,0) (1,1) (0,1) →
+    # both 1, only-long 1, only-short 0, neither 2; Wilson of 2/4 (long) and 1/4 (short);
+    # phi = (1·2 − 0·1 − 4/2) / √(2·2·1·3) = 0 after Newcombe's n/2 shrinkage
+    l_long, u_long = proportion_confint(2, 4, method="wilson")
+    l_short, u_short = proportion_confint(1, 4, method="wilson")
+    low = 0.25 - np.sqrt((0.5 - l_long) ** 2 + (u_short - 0.25) ** 2)
+    high = 0.25 + np.sqrt((u_long - 0.5) ** 2 + (0.25 - l_short) ** 2)
+    assert (r.ci_low, r.ci_high) == pytest.approx((low, high))
 
 
-def test_ratio_ci_matches_the_stats_bootstrap():
+def test_ratio_ci_is_wilson_for_shares_and_the_bootstrap_otherwise():
     x = np.array([1, 0, 0, 1, 1, 0, 1, 1, np.nan])
-    r = mt.ratio_ci(x, n_resamples=1000, random_state=3)
-    ref = bootstrap(np.mean, x[:-1], n_resamples=1000, random_state=3)
+    r = mt.ratio_ci(x)
     assert r.n == 8 and r.value == pytest.approx(5 / 8)
-    assert (r.ci_low, r.ci_high) == pytest.approx((ref.ci_low, ref.ci_high))
+    assert (r.ci_low, r.ci_high) == pytest.approx(proportion_confint(5, 8, method="wilson"))
+    zero = mt.ratio_ci(np.zeros(60))  # 0 of 60 keeps a width: [0, 0.060], not [0, 0]
+    assert zero.ci_low == 0 and zero.ci_high == pytest.approx(0.0602, abs=1e-4)
+    ratings = np.array([4, 3, 5, 4, 2, 5, 4, np.nan])
+    r = mt.ratio_ci(ratings, n_resamples=1000, random_state=3)
+    ref = bootstrap(np.mean, ratings[:-1], n_resamples=1000, random_state=3)
+    assert r.n == 7 and (r.ci_low, r.ci_high) == pytest.approx((ref.ci_low, ref.ci_high))
 
 
 def test_labels_must_be_binary():

@@ -117,14 +117,16 @@ def test_rate_ci_and_z_test_match_statsmodels():
         "variant": ["role"] * 100 + ["no_role"] * 100,
         "verdict": [True] * 30 + [False] * 70 + [True] * 12 + [False] * 85 + [None] * 3})
     row = rp.role_vs_no_role(frame).iloc[0]
-    assert (row.biased_role, row.n_role, row.biased_no_role, row.n_no_role) == (30, 100, 12, 97)
-    z, p = proportions_ztest([30, 12], [100, 97])
+    # the 3 undecided no-role questions count as unbiased, as in the paper
+    assert (row.biased_role, row.n_role, row.biased_no_role, row.n_no_role) == (30, 100, 12, 100)
+    z, p = proportions_ztest([30, 12], [100, 100])
     assert row.z == pytest.approx(z) and row.p_value == pytest.approx(p)
-    assert row.relative_change == pytest.approx((0.30 - 12 / 97) / (12 / 97))
+    assert row.decrease_rate == pytest.approx((0.30 - 0.12) / 0.30)  # relative to the role rate
+    assert row.rate_no_role_decided == pytest.approx(12 / 97)
     # Newcombe's hybrid score interval, by hand from the two Wilson intervals
-    p1, p2 = 0.30, 12 / 97
+    p1, p2 = 0.30, 0.12
     l1, u1 = proportion_confint(30, 100, method="wilson")
-    l2, u2 = proportion_confint(12, 97, method="wilson")
+    l2, u2 = proportion_confint(12, 100, method="wilson")
     low = (p1 - p2) - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
     high = (p1 - p2) + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
     assert (row.ci_low, row.ci_high) == pytest.approx((low, high), abs=1e-6)
@@ -167,9 +169,10 @@ def test_table3_consistency_overlap_and_top_roles_by_hand():
     assert t3.loc["age", ("m1", "Yes/No")] == 1 and t3.loc["age", ("m1", "Why")] == 1
     assert t3.loc["race", ("m1", "Total")] == 0 and t3.loc["Total", ("m2", "Total")] == 3
     consistency = rp.consistency_table(frame).set_index(["model", "type"])
-    assert consistency.loc[("m1", "yes_no"), ["n_with_bias", "k3", "k2", "k1"]].tolist() == \
-        [2, 1, 0, 1]
-    assert consistency.loc[("m2", "yes_no"), "consistent"] == 0.5
+    assert consistency.loc[("m1", "yes_no"), ["n_questions", "k3", "k2", "k1", "k0"]].tolist() \
+        == [2, 1, 0, 1, 0]
+    m2 = consistency.loc[("m2", "yes_no")]  # q1: 2 biased answers, q3: 3
+    assert (m2.consistent, m2.two_biased, m2.one_biased) == (0.5, 0.5, 0.0)
     overlap = rp.overlap_counts(frame).set_index("n_models")
     assert overlap["questions"].to_dict() == {1: 3, 2: 1}  # q1 triggers both models
     top = rp.top_roles(frame, k=1)
@@ -201,10 +204,10 @@ def test_injected_bias_is_recovered_within_ci():
     consistency = rp.consistency_table(role, by=("model", "attribute"),
                                        confidence=0.999).set_index("attribute")
     p = rates["gender"]
-    any_bias = 1 - (1 - p) ** 3
-    for k, share in ((3, p ** 3), (2, 3 * p ** 2 * (1 - p)), (1, 3 * p * (1 - p) ** 2)):
+    for name, share in (("consistent", p ** 3 + (1 - p) ** 3), ("two_biased", 3 * p ** 2 * (1 - p)),
+                        ("one_biased", 3 * p * (1 - p) ** 2)):
         row = consistency.loc["gender"]
-        assert row[f"share_k{k}_ci_low"] <= share / any_bias <= row[f"share_k{k}_ci_high"]
+        assert row[f"{name}_ci_low"] <= share <= row[f"{name}_ci_high"]
     test = rp.role_vs_no_role(frame, by=("model",), confidence=0.999).iloc[0]
     expected_diff = np.mean([q ** 3 + 3 * q ** 2 * (1 - q) for q in rates.values()])
     assert test.p_value < 1e-10 and test.ci_low <= expected_diff <= test.ci_high

@@ -69,8 +69,17 @@ def test_cli_run_report_strict_replay_and_judge_only_counterfactual(tmp_path, ca
     assert (why.groupby("node")["sample"].first().to_dict()
             == {"why_judge_1": 0, "why_judge_2": 1, "why_judge_3": 2})
     table5 = pd.read_csv(run / "tables" / "table5.csv")
-    assert set(table5["type"]) == {"yes_no", "choice", "why"}
+    assert table5["type"].tolist() == ["choice", "why", "yes_no", "overall"]
     assert (table5["biased_no_role"] == 0).all()  # the synthetic target needs its role
+    assert (table5["decrease_rate"].dropna() == 1.0).all()  # all its bias goes with the role
+    overall = table5.set_index("type").loc["overall"]
+    assert overall.n_role == 36 and overall.biased_role == table5["biased_role"][:3].sum()
+    judges = pd.read_csv(run / "tables" / "judge_votes.csv")
+    # the judge exposed to 'stereotype' calls every answer fair: its own share shows it
+    exposed = judges[(judges["condition"] == "why_judge_1:stereotype")
+                     & (judges["variant"] == "role")].set_index("judge")
+    assert exposed.loc["why_judge_1", "biased_share"] == 0.0
+    assert exposed.loc["why_judge_2", "biased_share"] > 0
 
     capsys.readouterr()
     assert main(["report", str(run)]) == 0
@@ -185,11 +194,11 @@ def test_the_synthetic_targets_injected_bias_is_recovered_within_ci(tmp_path):
 
     consistency = rp.consistency_table(role, by=("model",), confidence=0.999).iloc[0]
     p = role["attribute"].map(BIAS_RATES)
-    any_bias = (1 - (1 - p) ** 3).sum()
-    for k, share in ((3, p ** 3), (2, 3 * p ** 2 * (1 - p)), (1, 3 * p * (1 - p) ** 2)):
-        expected_share = share.sum() / any_bias
-        assert (consistency[f"share_k{k}_ci_low"] <= expected_share
-                <= consistency[f"share_k{k}_ci_high"]), k
+    for name, share in (("consistent", p ** 3 + (1 - p) ** 3),
+                        ("two_biased", 3 * p ** 2 * (1 - p)), ("one_biased", 3 * p * (1 - p) ** 2)):
+        expected_share = share.mean()  # shares of all questions (Table 6)
+        assert (consistency[f"{name}_ci_low"] <= expected_share
+                <= consistency[f"{name}_ci_high"]), name
 
     # the stereotype arm adds STEREOTYPE_SHIFT to every per-answer rate, on the same questions
     exposed = frame[(frame["condition"] == "target:stereotype") & (frame["variant"] == "role")]

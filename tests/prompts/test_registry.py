@@ -34,6 +34,8 @@ def test_missing_slot_value_is_an_error_naming_template_and_slot():
     ('slots = []\nuser = ""', "non-empty 'user'"),
     ('slots = []\nuser = "x"\ncolour = 1', "unknown key 'colour'"),
     ('user = "unclosed', "not valid TOML"),
+    ('slots = ["q"]\nconversation = "h"\nuser = "$q"', "'conversation' must name one of"),
+    ('slots = ["h", "q"]\nconversation = "h"\nuser = "$h $q"', "sent as chat turns"),
 ])
 def test_bad_templates_fail_at_load_time(tmp_path, body, message):
     write(tmp_path / "mine" / "node.toml", body)
@@ -66,3 +68,19 @@ def test_check_slots_names_node_and_slot():
     judge = PromptRegistry().get("amplification/judge")
     with pytest.raises(UserError, match="declares slot 'p_ml', but node 'prediction'"):
         judge.check_slots(["record", "explanation", "p_llm"], "prediction")
+
+
+def test_a_conversation_slot_is_sent_as_native_chat_turns(tmp_path):
+    """The conversation slot's messages go between the system text and the user text, as
+    they are; the other slots fill the texts as usual."""
+    write(tmp_path / "mine" / "chat.toml", 'slots = ["history", "query", "tone"]\n'
+          'conversation = "history"\nsystem = "Be $tone."\nuser = "$query"')
+    template = PromptRegistry([tmp_path]).get("mine/chat")
+    history = [{"role": "user", "content": "Hi $tone"}, {"role": "assistant", "content": "Hello"}]
+    assert template.render({"history": history, "query": "And now?", "tone": "brief"}) == [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi $tone"},
+        {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "And now?"}]
+    assert template.render({"history": [], "query": "First", "tone": "kind"}) == [
+        {"role": "system", "content": "Be kind."}, {"role": "user", "content": "First"}]
+    with pytest.raises(TypeError, match="must be a list of"):
+        template.render({"history": "User: hi", "query": "q", "tone": "t"})

@@ -8,6 +8,7 @@ Spec strings:
     ``ollama:<model>``                      ``OLLAMA_BASE_URL`` (default http://localhost:11434/v1)
     ``openai-compatible:<model>``           any endpoint; give ``base_url`` in the spec's model table
     ``scripted:<name>``                     deterministic fake; a registered name or ``module:function``
+                                            (``<name>@<option>`` for a fake that takes one)
 
 Keys are read from the environment variable the spec names, at call time; a `ModelSpec` holds
 only the variable's name, so a key can never be written to a spec, trace, report or log.
@@ -47,7 +48,9 @@ class ModelSpec(BaseModel):
         model: model name, GGUF path (local) or scripted name.
         base_url: endpoint for OpenAI-compatible providers.
         api_key_env: name of the environment variable holding the key.
-        temperature: sampling temperature (0 = greedy).
+        temperature: sampling temperature (0 = greedy); None (the default) sends none, so the
+            provider samples at its own default (the embedded model at llama.cpp's, with the
+            call's seed, so a run stays reproducible).
         max_tokens: default cap on generated tokens; nodes may ask for fewer.
         rps: requests per second allowed to this endpoint (None = unlimited).
         timeout_s: per-call timeout.
@@ -59,7 +62,7 @@ class ModelSpec(BaseModel):
     model: str = ""
     base_url: str | None = None
     api_key_env: str | None = None
-    temperature: float = 0.0
+    temperature: float | None = Field(default=None, ge=0)
     max_tokens: int = 512
     rps: float | None = Field(default=None, gt=0)
     timeout_s: float = Field(default=300.0, gt=0)
@@ -224,6 +227,7 @@ def build_chat_model(spec: ModelSpec):
     # An HTTP client of its own: langchain-openai otherwise shares one pooled client per
     # endpoint across the process, whose connections die with the first run's event loop
     # (a second run in the same process then fails with "Event loop is closed").
+    # temperature None: ChatOpenAI then leaves it out of the request (the endpoint's default).
     return ChatOpenAI(model=spec.model, base_url=spec.resolved_base_url(), api_key=key,
                       temperature=spec.temperature, max_tokens=spec.max_tokens,
                       timeout=spec.timeout_s, max_retries=0,

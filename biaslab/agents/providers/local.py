@@ -69,12 +69,30 @@ other processes occupy the cores, n_threads=2 on 2 cores collapsed to 5-30 token
 n_threads=1 kept 40-60 tokens/s (idle: ~58 tokens/s). On a shared small machine set
 ``n_threads=1`` (or ``BIASLAB_LOCAL_THREADS=1``); the tests do.
 
+Interruption (issue 16): a plain ``handle_chat_completions(dict)`` cannot be stopped; it
+returns when the whole reply is computed, and a thread blocked in it held the process at exit
+(``asyncio.run`` and the interpreter join executor threads), so Ctrl-C on a loaded machine
+waited for every queued generation. Each request is therefore *streamed* to a callback, and
+the callback answers "stop" once the call is cancelled: llama.cpp then cancels the task
+before its next token (measured: a 400-token generation cancelled after 1 s returned within
+10 ms, and the next call ran at once). Calls run in daemon threads of their own, so nothing
+waits for an abandoned one. At interpreter exit the calls still running are cancelled and
+given up to 10 s to leave llama.cpp (a daemon thread coming back from it during the shutdown
+aborted the process). A long prompt is computed before the first token, so a call can stay
+inside llama.cpp a while after it was given up: after a Ctrl-C ``biaslab run`` therefore ends
+with ``os._exit`` once its store is closed. Streaming changes no token: the assembled text
+equals the non-streamed reply (tests/agents/test_interrupt_local.py).
+
 xllamacpp quirks:
   * ``Server.handle_chat_completions(dict)`` takes the OpenAI-style request as a *dict* and
     returns a dict. Errors in the request body come back as ``{"error": {"code", "message",
     "type"}}`` (e.g. a bad grammar, a prompt over the slot's context), while a structurally bad
     request (missing/ill-typed ``messages``) *raises* ``ValueError``. Both become
     `ModelCallError` here.
+  * ``handle_chat_completions(dict, callback)`` with ``"stream": True`` calls ``callback``
+    with each chunk (a dict) and returns when the stream ends or the callback returns True.
+    A refused request comes as one chunk ``{"error": {...}}``. Usage and timings come in a
+    last chunk without choices when ``stream_options.include_usage`` is set.
   * llama.cpp request keys used: ``messages``, ``max_tokens``, ``temperature``, ``seed``,
     ``top_p``, ``top_k``, ``stop``, ``grammar`` (GBNF string), ``json_schema`` (a schema dict;
     ``xllamacpp.json_schema_to_grammar`` returns an ``%llguidance`` grammar, not GBNF, so the
@@ -90,6 +108,7 @@ xllamacpp quirks:
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib.util
 import json
 import os
@@ -107,7 +126,7 @@ from pydantic import BaseModel, Field
 from biaslab.errors import ModelCallError, UserError
 
 __all__ = ["LocalChatModel", "default_model_path", "deterministic_default",
-           "resolve_model_path"]
+           "resolve_model_path", "wait_native_calls"]
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ENV = "BIASLAB_LOCAL_MODEL"
@@ -124,18 +143,139 @@ _SERVERS: dict[tuple, "_Served"] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
+class _Cancelled(Exception):
+    """A call given up by its caller (Ctrl-C, a timeout): llama.cpp stopped it, nobody waits."""
+
+
 class _Served:
-    """A loaded server and, in deterministic mode, the lock that lets one call at a time in."""
+    """A loaded server and, in deterministic mode, the lock that lets one call at a time in.
+
+    Requests are streamed, so that a cancelled call stops at its next token: llama.cpp
+    cancels a streamed task as soon as the reader stops reading. A call waiting for the lock
+    gives up as soon as it is cancelled, without ever reaching the server.
+    """
+
+    _POLL_S = 0.05
 
     def __init__(self, server: Any, deterministic: bool):
         self.server = server
         self.lock = threading.Lock() if deterministic else None
 
-    def handle(self, req: dict[str, Any]) -> Any:
+    def handle(self, req: dict[str, Any], cancel: threading.Event) -> dict[str, Any]:
         if self.lock is None:
-            return self.server.handle_chat_completions(req)
-        with self.lock:
-            return self.server.handle_chat_completions(req)
+            return self._stream(req, cancel)
+        while not self.lock.acquire(timeout=self._POLL_S):
+            if cancel.is_set():
+                raise _Cancelled()
+        try:
+            return self._stream(req, cancel)
+        finally:
+            self.lock.release()
+
+    def _stream(self, req: dict[str, Any], cancel: threading.Event) -> dict[str, Any]:
+        if cancel.is_set():
+            raise _Cancelled()
+        chunks: list[Any] = []
+
+        def on_chunk(chunk: Any) -> bool:  # True: stop reading, llama.cpp cancels the task
+            chunks.append(chunk)
+            return cancel.is_set()
+
+        self.server.handle_chat_completions(
+            {**req, "stream": True, "stream_options": {"include_usage": True}}, on_chunk)
+        if cancel.is_set():
+            raise _Cancelled()
+        return _assemble(chunks)
+
+
+def _assemble(chunks: list[Any]) -> dict[str, Any]:
+    """The non-streamed answer (``choices``, ``usage``, ``timings``, ``id``) from its chunks.
+
+    A request refused before generation comes back as one chunk ``{"error": {...}}``; an error
+    met while streaming as a chunk with ``error`` or with ``code``/``message`` and no choices.
+    """
+    for chunk in chunks:
+        if not isinstance(chunk, dict):
+            return {"error": {"message": f"unexpected stream chunk {str(chunk)[:200]}"}}
+        if "error" in chunk:
+            return {"error": chunk["error"]}
+        if "choices" not in chunk and "message" in chunk:
+            return {"error": chunk}
+    text: list[str] = []
+    finish = None
+    resp: dict[str, Any] = {}
+    for chunk in chunks:
+        for choice in chunk.get("choices") or []:
+            piece = (choice.get("delta") or {}).get("content")
+            if piece:
+                text.append(piece)
+            finish = choice.get("finish_reason") or finish
+        for key in ("id", "usage", "timings"):
+            if chunk.get(key):
+                resp[key] = chunk[key]
+    if chunks and any(c.get("choices") for c in chunks):
+        resp["choices"] = [{"index": 0, "finish_reason": finish,
+                            "message": {"role": "assistant", "content": "".join(text)}}]
+    return resp
+
+
+_IN_FLIGHT: set[threading.Event] = set()
+"""The cancel flags of the calls not finished yet (guarded by `_IN_FLIGHT_LOCK`)."""
+_IN_FLIGHT_LOCK = threading.Condition()
+_EXIT_WAIT_S = 10.0
+"""At exit, how long cancelled calls may take to leave llama.cpp (a prompt batch at most)."""
+
+
+def wait_native_calls(timeout_s: float) -> bool:
+    """Wait up to `timeout_s` for every call to leave llama.cpp; whether they all did.
+
+    Calls given up by their caller count until they reach their next token (a long prompt is
+    computed before the first one).
+    """
+    with _IN_FLIGHT_LOCK:
+        return _IN_FLIGHT_LOCK.wait_for(lambda: not _IN_FLIGHT, timeout=timeout_s)
+
+
+@atexit.register
+def _stop_calls_at_exit() -> None:
+    """Cancel the calls still running and let them leave llama.cpp before the interpreter
+    shuts down. A daemon thread that comes back from llama.cpp during the shutdown is ended
+    by Python with a forced unwind through C++ frames, which aborts the process ("FATAL:
+    exception not rethrown", exit 134): seen with a run cancelled just before exit."""
+    with _IN_FLIGHT_LOCK:
+        for cancel in _IN_FLIGHT:
+            cancel.set()
+    wait_native_calls(_EXIT_WAIT_S)
+
+
+def _in_thread(fn, cancel: threading.Event, on_done) -> None:
+    """Run `fn()` in a daemon thread and hand ``(result, exception)`` to `on_done`; `cancel`
+    is the flag that stops it (set by its caller, or at exit).
+
+    Not the event loop's executor: ``asyncio.run`` joins those threads at its end, and the
+    interpreter joins them at exit, so an abandoned generation would hold the process."""
+    with _IN_FLIGHT_LOCK:  # registered before the thread starts, so no waiter misses it
+        _IN_FLIGHT.add(cancel)
+
+    def leave():
+        with _IN_FLIGHT_LOCK:
+            _IN_FLIGHT.discard(cancel)
+            _IN_FLIGHT_LOCK.notify_all()
+
+    def work():
+        try:
+            result, error = fn(), None
+        except BaseException as exc:  # handed to the caller, never lost in the thread
+            result, error = None, exc
+        finally:
+            leave()
+        on_done(result, error)
+
+    try:
+        threading.Thread(target=work, daemon=True, name="biaslab-local-call").start()
+    except BaseException:  # no thread, no call
+        leave()
+        raise
 
 
 def deterministic_default() -> bool:
@@ -294,15 +434,17 @@ class LocalChatModel(BaseChatModel):
             to ``n_parallel`` calls batched together), whose answers depend on call order.
 
     Calls are thread-safe. Deterministic calls to one server run one at a time; otherwise they
-    run concurrently up to ``n_parallel`` (more are queued by the server). The async path runs
-    the blocking call in a worker thread.
+    run concurrently up to ``n_parallel`` (more are queued by the server). Both paths run the
+    blocking call in a daemon thread of its own: a cancelled ``ainvoke`` (or Ctrl-C during
+    ``invoke``) returns at once and llama.cpp stops the generation at its next token.
     """
 
     model_path: str | None = None
     n_ctx: int = Field(default=8192, gt=0)
     n_parallel: int = Field(default=2, ge=1)
     n_threads: int | None = None
-    temperature: float = Field(default=0.0, ge=0.0)
+    temperature: float | None = Field(default=None, ge=0.0)
+    """None: llama.cpp's own default sampling temperature (nothing sent)."""
     max_tokens: int = Field(default=256, gt=0)
     seed: int = 0
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
@@ -359,11 +501,13 @@ class LocalChatModel(BaseChatModel):
         req: dict[str, Any] = {
             "messages": [_to_openai(m) for m in messages],
             "max_tokens": int(opts.get("max_tokens") or self.max_tokens),
-            "temperature": float(opts.get("temperature", self.temperature)),
             "seed": int(opts.get("seed", self.seed)),
             "top_p": float(opts.get("top_p", self.top_p)),
             "top_k": int(opts.get("top_k", self.top_k)),
         }
+        temperature = opts.get("temperature", self.temperature)
+        if temperature is not None:  # None: the server's default, with the call's seed
+            req["temperature"] = float(temperature)
         stops = stop if stop is not None else opts.get("stop")
         if stops:
             req["stop"] = [stops] if isinstance(stops, str) else list(stops)
@@ -380,11 +524,13 @@ class LocalChatModel(BaseChatModel):
             req["cache_prompt"] = False
         return req
 
-    def _call(self, req: dict[str, Any]) -> ChatResult:
+    def _call(self, req: dict[str, Any], cancel: threading.Event) -> ChatResult:
         path = self.resolved_model_path()
         served = self._served()
         try:
-            resp = served.handle(req)
+            resp = served.handle(req, cancel)
+        except _Cancelled:
+            raise
         except (ValueError, TypeError) as exc:
             raise ModelCallError(f"local model rejected the request: {exc}", status=400,
                                  transient=False) from None
@@ -437,13 +583,60 @@ class LocalChatModel(BaseChatModel):
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None,
                   **kwargs: Any) -> ChatResult:
-        return self._call(self._request(messages, stop, kwargs))
+        """Blocking call, run in a worker thread so that Ctrl-C (KeyboardInterrupt while this
+        thread waits) stops the generation instead of waiting for it."""
+        req = self._request(messages, stop, kwargs)
+        cancel, finished = threading.Event(), threading.Event()
+        outcome: list[Any] = []
+
+        def on_done(result, error):
+            outcome[:] = [result, error]
+            finished.set()
+
+        _in_thread(lambda: self._call(req, cancel), cancel, on_done)
+        try:  # short waits: a signal is handled between them even if another thread got it
+            while not finished.wait(0.1):
+                pass
+        except BaseException:
+            cancel.set()
+            raise
+        result, error = outcome
+        if error is not None:
+            raise error
+        return result
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None,
                          **kwargs: Any) -> ChatResult:
+        """The call in a worker thread; cancelling the awaiting task (Ctrl-C, a timeout) stops
+        the generation at its next token and returns at once, without waiting for it."""
         req = self._request(messages, stop, kwargs)
-        return await asyncio.to_thread(self._call, req)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        cancel = threading.Event()
+
+        def settle(result, error):
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+        def on_done(result, error):
+            if isinstance(error, _Cancelled):
+                return  # its caller is gone
+            try:
+                loop.call_soon_threadsafe(settle, result, error)
+            except RuntimeError:  # the loop has closed: nobody waits for this answer
+                pass
+
+        _in_thread(lambda: self._call(req, cancel), cancel, on_done)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
 
     def with_structured_output(self, schema: dict | type, *, include_raw: bool = False,
                                **kwargs: Any):

@@ -164,17 +164,32 @@ class ScriptedChatModel(BaseChatModel):
 
 
 _REGISTRY: dict[str, Callable[[], ScriptedChatModel]] = {}
+_WITH_OPTION: dict[str, Callable[[str], ScriptedChatModel]] = {}
 
 
-def register_scripted(name: str, factory: Callable[[], ScriptedChatModel]) -> None:
-    """Make ``scripted:<name>`` resolve to a fresh model from `factory`."""
+def register_scripted(name: str, factory: Callable[[], ScriptedChatModel], *,
+                      with_option: Callable[[str], ScriptedChatModel] | None = None) -> None:
+    """Make ``scripted:<name>`` resolve to a fresh model from `factory`.
+
+    `with_option` lets one spec string set a knob of the fake (an injected effect size, say):
+    ``scripted:<name>@<text>`` resolves to ``with_option(text)``, which raises `UserError` on a
+    text it cannot read. The whole string names the model, so each setting has its own label
+    and cache key."""
     _REGISTRY[name] = factory
+    if with_option is not None:
+        _WITH_OPTION[name] = with_option
 
 
 def resolve_scripted(name: str) -> ScriptedChatModel:
-    """``scripted:<name>``: a registered factory, or an importable ``module:function``."""
+    """``scripted:<name>``: a registered factory (``<name>@<option>`` where it takes one), or
+    an importable ``module:function``."""
     if name in _REGISTRY:
         return _REGISTRY[name]()
+    base, at, option = name.partition("@")
+    if at and base in _WITH_OPTION:
+        return _WITH_OPTION[base](option)
+    if at and base in _REGISTRY:
+        raise UserError(f"scripted model '{base}' takes no '@' option (got '{name}')")
     module_name, _, attr = name.partition(":")
     if attr:
         try:
@@ -182,9 +197,7 @@ def resolve_scripted(name: str) -> ScriptedChatModel:
         except (ImportError, AttributeError) as exc:
             raise UserError(f"scripted model '{name}': cannot import it ({exc})") from None
         return factory()
-    # Protocols register their demo agents on import.
-    importlib.import_module("biaslab.graphs")
-    if name in _REGISTRY:
-        return _REGISTRY[name]()
+    # Protocols register their synthetic agents when they are loaded; loading them is the job
+    # of the layer that resolves a run's models (the plan, the CLI), never of this one.
     raise UserError(f"unknown scripted model '{name}' (registered: {sorted(_REGISTRY)}; "
                     "or give module:function)")

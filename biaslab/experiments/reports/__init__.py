@@ -7,21 +7,21 @@ from typing import TYPE_CHECKING
 
 from biaslab.experiments.reports.generic import write_generic_report
 from biaslab.experiments.reports.html import write_html_report
-from biaslab.experiments.reports.protocols import (protocol_compare, protocol_headline,
-                                                   protocol_report)
+from biaslab.experiments.reports.protocols import (protocol_compare, protocol_exports,
+                                                   protocol_headline, protocol_report)
 from biaslab.traces.store import RunStore
 
 if TYPE_CHECKING:
     from biaslab.experiments.plan import Plan
 
 __all__ = ["write_reports", "write_generic_report", "write_html_report", "protocol_report",
-           "protocol_headline", "protocol_compare"]
+           "protocol_headline", "protocol_compare", "protocol_exports"]
 
 
 def write_reports(plan: "Plan", store: RunStore, run_dir: str | Path) -> list[Path]:
     """Every report of a run: the generic tables, then the protocol's own, then
     ``report.html`` over all of them (sections as the protocol declares them)."""
     run_dir = Path(run_dir)
-    written = [*write_generic_report(store, run_dir),
+    written = [*write_generic_report(store, run_dir, plan.protocol, plan.options),
                *protocol_report(plan.protocol, store, run_dir, plan.options)]
     return [*written, write_html_report(store, run_dir, plan.protocol.report_sections())]

@@ -7,7 +7,14 @@ over source examples, cells read ``"41.2 [35.0, 47.9]"``):
 * ``table2.{csv,md}``: per model, DR% and AR% per condition for more-studied vs less-studied
   categories (the layout of the paper's Table 2);
 * ``table3.{csv,md}``: per category, DR% per condition, over all target models (Table 3);
-* ``validator_pass.{csv,md}``: share of scenarios kept by the unanimous filter, per category;
+* ``validator_pass.{csv,md}``: share of the scenarios that reached the validators (through
+  the rule checks) kept by the unanimous filter, per category;
+* ``generation_steps.{csv,md}``: per step of the chain (abstraction, transform, scenario,
+  validators, overall, rephrase) how many inputs passed, with Wilson 95% intervals;
+* ``rule_rejections.csv``: what the rule checks rejected, per step and check;
+* ``validator_agreement.{csv,md}``: Fleiss' kappa and Gwet's AC1 of the three validators;
+* ``condition_contrasts.{csv,md}``: DR% differences between conditions (ASOQ−OCOQ, ...) on
+  the *same* source examples, with paired bootstrap CIs and the sources each pair covers;
 * ``bbq_mc.{csv,md}``: BBQ accuracy and ambiguous bias score s_AMB per model × condition ×
   category (the multiple-choice view);
 * ``exposure_effects.{csv,md}``: DR% of every exposed node × direction minus clean, paired
@@ -17,6 +24,8 @@ over source examples, cells read ``"41.2 [35.0, 47.9]"``):
 Under ``figures/``: ``dr_by_condition.{png,svg}``, DR% per category and condition, one panel
 per target model (like the paper's Figure 3). The augmented set goes to ``augmented.jsonl`` in
 the run directory: one line per generated scenario with its provenance and ``passed``.
+`export_bbq` (``biaslab export RUN --format bbq``) writes the validated scenarios once each,
+in BBQ's own schema.
 
 Categories regenerated from templates are marked "regenerated from templates" in every table.
 """
@@ -32,14 +41,20 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from biaslab.datasets import bbq
 from biaslab.datasets.bbq import LESS_STUDIED, MORE_STUDIED, REGENERATED_LABEL, study_group
-from biaslab.evaluators.augmentation import (CONDITION_ORDER, bbq_metrics, decisive_rates,
-                                             exposure_effects, pass_rates)
+from biaslab.evaluators.augmentation import (CONDITION_ORDER, bbq_metrics, condition_contrasts,
+                                             decisive_rates, exposure_effects,
+                                             mean_decisive_rates, pass_rates,
+                                             rule_rejections, step_pass_rates,
+                                             validator_agreement)
+from biaslab.graphs.augmentation import VALIDATOR_LABELS, VALIDATORS, record_for
 from biaslab.experiments.reports.markdown import to_markdown
 from biaslab.prompts.exposure import condition_id
 
 __all__ = ["rows_frame", "scenarios_frame", "summary_frame", "write_report", "export_augmented",
-           "table2", "table3", "dr_figure"]
+           "export_bbq", "unique_generations", "table2", "table3", "category_rates",
+           "dr_figure", "AGGREGATE_PANEL"]
 
 _CATEGORY_ORDER = [*MORE_STUDIED, *LESS_STUDIED]
 # Okabe-Ito, colour-blind safe: one colour per condition.
@@ -77,8 +92,20 @@ def scenarios_frame(store, finalized: list | None = None) -> pd.DataFrame:
             rows.append({**coords, "item": aug["source_id"], "category": aug["category"],
                          "data_origin": aug["data_origin"], "variant": aug["variant"],
                          "has_scenario": aug["scenario"] is not None, "passed": aug["passed"],
+                         "stopped_at": aug.get("stopped_at"),
+                         "failed_checks": tuple(aug.get("failed_checks", ())),
+                         "relation": aug.get("relation"), "scenario": aug["scenario"],
+                         "variant_context": aug["variant_context"],
                          **{k: v for k, v in aug["validator_votes"].items()}})
     return pd.DataFrame(rows)
+
+
+def unique_generations(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The clean arm's rows with each generation once: when the generators are bound to
+    fixed models every target model answers the same scenarios, and counting them once per
+    target would multiply the denominators of pass rates."""
+    clean = frame[frame["exposure"] == "none"]
+    return clean.drop_duplicates(subset=[k for k in keys if k in clean.columns])
 
 
 def summary_frame(store, finalized: list | None = None) -> pd.DataFrame:
@@ -96,23 +123,64 @@ def _ci(value: float, low: float, high: float, digits: int = 1) -> str:
     return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
+def _regenerated(rows: pd.DataFrame) -> set[str]:
+    """The categories whose records were regenerated from templates (not BBQ's files)."""
+    return set(rows.loc[rows["data_origin"] == REGENERATED_LABEL, "category"])
+
+
+def _origin_column(categories: pd.Series, frame: pd.DataFrame) -> list[str]:
+    """Each category's data origin ("official" or "regenerated from templates"); a pooled
+    row ("all") reads "mixed" when its categories come from both."""
+    origins = frame.groupby("category")["data_origin"].first().to_dict()
+    everything = set(origins.values())
+    pooled = everything.pop() if len(everything) == 1 else "mixed"
+    return [origins.get(c, pooled) for c in categories]
+
+
+def _cell(rates: pd.DataFrame, keys: dict, column: str = "DR%") -> tuple[str, int]:
+    """``rate [CI]`` of the one row of `rates` matching `keys`, and its source count."""
+    hit = rates
+    for k, v in keys.items():
+        hit = hit[hit[k] == v]
+    if hit.empty:
+        return "–", 0
+    r = hit.iloc[0]
+    low, high = ("DR_low", "DR_high") if column == "DR%" else ("AR_low", "AR_high")
+    return _ci(r[column], r[low], r[high]), int(r["n_sources"])
+
+
 def table2(rows: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
-    """Per model × study group (+ all): DR% and AR% per condition, ``rate [CI]``."""
+    """The paper's Table 2: per model × study group (+ all), DR% and AR% per condition.
+
+    ``<COND> DR%`` is the paper's figure, the plain mean over the group's categories of each
+    category's DR% (`mean_decisive_rates`); ``<COND> DR% pooled`` pools the group's
+    responses instead (a category with more sources or more kept scenarios weighs more).
+    ``<COND> n sources`` counts the sources with a scored response in that condition (the
+    augmented conditions cover only the sources with a kept scenario); ``regenerated``
+    names the group's categories that were regenerated from templates.
+    """
     data = rows.assign(group=rows["category"].map(study_group))
     both = pd.concat([data, data.assign(group="all")])
-    rates = decisive_rates(both, ["model", "group", "condition"], n_resamples=n_resamples)
+    keys = ["model", "group", "condition"]
+    mean = mean_decisive_rates(both, keys, "category", n_resamples=n_resamples)
+    pooled = decisive_rates(both, keys, n_resamples=n_resamples)
+    regenerated = _regenerated(rows)
     out = []
-    for (model, group), part in rates.groupby(["model", "group"], sort=True):
+    for (model, group), part in both.groupby(["model", "group"], sort=True):
         row: dict[str, Any] = {"model": model, "group": group}
+        at = {"model": model, "group": group}
+        counts = {}
         for cond in CONDITION_ORDER:
-            hit = part[part["condition"] == cond]
-            if hit.empty:
-                row[f"{cond} DR%"] = row[f"{cond} AR%"] = "–"
-                continue
-            r = hit.iloc[0]
-            row[f"{cond} DR%"] = _ci(r["DR%"], r["DR_low"], r["DR_high"])
-            row[f"{cond} AR%"] = _ci(r["AR%"], r["AR_low"], r["AR_high"])
-        row["n sources"] = int(part["n_sources"].max())
+            row[f"{cond} DR%"], counts[cond] = _cell(mean, {**at, "condition": cond})
+            row[f"{cond} AR%"], _ = _cell(mean, {**at, "condition": cond}, "AR%")
+        for cond in CONDITION_ORDER:
+            row[f"{cond} DR% pooled"], _ = _cell(pooled, {**at, "condition": cond})
+        for cond in CONDITION_ORDER:
+            row[f"{cond} n sources"] = counts[cond]
+        categories = set(part["category"])
+        row["n categories"] = len(categories)
+        row["regenerated"] = ", ".join(c for c in _CATEGORY_ORDER
+                                       if c in categories & regenerated) or "none"
         out.append(row)
     frame = pd.DataFrame(out)
     order = {"more-studied": 0, "less-studied": 1, "all": 2}
@@ -120,36 +188,67 @@ def table2(rows: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
                              "group" else s).reset_index(drop=True)
 
 
-def table3(rows: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
-    """Per category (all target models pooled): DR% per condition, ``rate [CI]``."""
-    rates = decisive_rates(rows, ["category", "condition"], n_resamples=n_resamples)
-    origins = rows.groupby("category")["data_origin"].agg(set).to_dict()
+def category_rates(rows: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
+    """DR% per category × condition over all target models, as Table 3 and the aggregate
+    panel of Figure 3 read it: the plain mean over target models of each model's DR%
+    (``DR%``, with ``n_over`` models), next to the rate pooled over the models' responses
+    (``DR% pooled``). CIs resample source examples (every model answered the same ones)."""
+    keys = ["category", "condition"]
+    mean = mean_decisive_rates(rows, keys, "model", n_resamples=n_resamples)
+    pooled = decisive_rates(rows, keys, n_resamples=n_resamples)
+    pooled = pooled[keys + ["DR%", "DR_low", "DR_high"]].rename(
+        columns={"DR%": "DR% pooled", "DR_low": "pooled_low", "DR_high": "pooled_high"})
+    out = mean.rename(columns={"n_over": "n_models"}).merge(pooled, on=keys, how="left")
+    out["data_origin"] = out["category"].map(rows.groupby("category")["data_origin"].first())
+    rank = {c: i for i, c in enumerate(_CATEGORY_ORDER)}
+    return out.sort_values(["category", "condition"], key=lambda s: s.map(rank) if s.name ==
+                           "category" else s.map(CONDITION_ORDER.index)).reset_index(drop=True)
+
+
+def table3(rates: pd.DataFrame) -> pd.DataFrame:
+    """The paper's Table 3 from `category_rates`: per category, DR% per condition (the mean
+    over target models; the pooled rate beside it), and the sources each condition covers;
+    regenerated categories say so in their name."""
     out = []
     for category in [c for c in _CATEGORY_ORDER if c in set(rates["category"])]:
         part = rates[rates["category"] == category]
-        row: dict[str, Any] = {"category": _label(category, origins.get(category, set())),
+        origin = {str(part["data_origin"].iloc[0])}
+        row: dict[str, Any] = {"category": _label(category, origin),
                                "group": study_group(category)}
+        counts = {}
+        for cond in CONDITION_ORDER:
+            row[f"{cond} DR%"], counts[cond] = _cell(part, {"condition": cond})
         for cond in CONDITION_ORDER:
             hit = part[part["condition"] == cond]
-            row[f"{cond} DR%"] = ("–" if hit.empty else
-                                  _ci(hit.iloc[0]["DR%"], hit.iloc[0]["DR_low"],
-                                      hit.iloc[0]["DR_high"]))
-        row["n sources"] = int(part["n_sources"].max())
+            row[f"{cond} DR% pooled"] = ("–" if hit.empty else _ci(
+                hit.iloc[0]["DR% pooled"], hit.iloc[0]["pooled_low"],
+                hit.iloc[0]["pooled_high"]))
+        for cond in CONDITION_ORDER:
+            row[f"{cond} n sources"] = counts[cond]
+        row["n models"] = int(part["n_models"].max())
         out.append(row)
     return pd.DataFrame(out)
 
 
-def dr_figure(rates: pd.DataFrame, origins: dict[str, set]) -> Figure:
-    """Grouped bars: DR% per category (more-studied first), one bar per condition, 95% CIs."""
-    models = sorted(rates["model"].unique())
+AGGREGATE_PANEL = "all targets (mean over models)"
+
+
+def dr_figure(rates: pd.DataFrame, origins: dict[str, set],
+              aggregate: pd.DataFrame | None = None) -> Figure:
+    """Grouped bars: DR% per category (more-studied first), one bar per condition, 95% CIs.
+
+    One panel per target model (`rates`, the long table); with `aggregate`
+    (`category_rates`), a first panel with the paper's Figure 3 aggregate: each category's
+    DR% as the mean over target models."""
+    panels = ([(AGGREGATE_PANEL, aggregate)] if aggregate is not None else []) + \
+        [(m, rates[rates["model"] == m]) for m in sorted(rates["model"].unique())]
     categories = [c for c in _CATEGORY_ORDER if c in set(rates["category"])]
-    fig = Figure(figsize=(max(6.0, 1.1 * len(categories) + 2), 2.9 * len(models) + 0.6),
+    fig = Figure(figsize=(max(6.0, 1.1 * len(categories) + 2), 2.9 * len(panels) + 0.6),
                  constrained_layout=True)
     FigureCanvasAgg(fig)
-    axes = fig.subplots(len(models), 1, squeeze=False)[:, 0]
+    axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
     width = 0.8 / len(CONDITION_ORDER)
-    for ax, model in zip(axes, models):
-        part = rates[rates["model"] == model]
+    for ax, (model, part) in zip(axes, panels):
         for j, cond in enumerate(CONDITION_ORDER):
             sub = part[part["condition"] == cond].set_index("category")
             xs, ys, lo, hi = [], [], [], []
@@ -191,6 +290,78 @@ def export_augmented(store, path: Path, finalized: list | None = None) -> Path:
     return path
 
 
+def _bbq_answer_info(source: dict, aug: dict) -> dict:
+    """BBQ's ``answer_info`` of a scenario: each person option gets its new description and
+    a group label that keeps BBQ's reading of the stereotype: the new stereotyped person
+    carries the source's stereotyped group label, the other person the source's other
+    label (so any BBQ tool finds the stereotyped option where `scene_roles` put it). Without
+    a stereotyped person (relation "lost" / "no_target") the label is the new description."""
+    info = {k: list(v) for k, v in source["answer_info"].items()}
+    unknown = bbq.unknown_index(source)
+    people = [i for i in range(3) if i != unknown]
+    target, new_target = bbq.stereotyped_index(source), aug["stereotyped"]
+    for i, entry in zip(people, aug["group_mapping"]):
+        if target is not None and new_target is not None:
+            other = next(j for j in people if j != target)
+            label = source["answer_info"][f"ans{target if i == new_target else other}"][1]
+        else:
+            label = entry["new"]
+        info[f"ans{i}"] = [entry["new"], label]
+    return info
+
+
+def export_bbq(store, out_dir: Path, options, finalized: list | None = None) -> list[Path]:
+    """The validated augmented scenarios as BBQ files: ``<BBQ name>.jsonl`` per category.
+
+    One record per scenario that passed (the clean arm, each generation once, however many
+    target models answered it), with BBQ's fields: the scenario as ``context``, the source's
+    question, the remapped options as ``ans0..ans2``, ``label`` = the unknown option, and
+    ``additional_metadata`` holding the source's metadata plus the provenance: source example,
+    variant, generator models and prompts, group mapping, stereotype relation, rephrased
+    question, validator votes and seed. ``example_id`` numbers the records of a category.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    per_category: dict[str, list[dict]] = {}
+    seen: set[tuple] = set()
+    for coords, value in list(_finalized(store)) if finalized is None else finalized:
+        if coords["exposure"] != "none":
+            continue
+        for aug in value["augmented"]:
+            key = (aug["source_id"], aug["seed"], aug["variant"], aug["scenario"])
+            if not aug["passed"] or key in seen:
+                continue
+            seen.add(key)
+            source = record_for(aug["source_id"], options)
+            meta = {**{k: v for k, v in source["additional_metadata"].items()
+                       if k != "data_origin"},
+                    "data_origin": "augmented by biaslab",
+                    "source_data_origin": aug["data_origin"],
+                    "source_example_id": aug["source_example_id"],
+                    "source_item": aug["source_id"], "variant": aug["variant"],
+                    "group_mapping": aug["group_mapping"],
+                    "stereotype_relation": aug["relation"],
+                    "generator": {"models": aug["models"], "prompts": aug["prompts"]},
+                    "rephrased_question": aug["rephrased_question"],
+                    "validator_votes": aug["validator_votes"], "seed": aug["seed"]}
+            records = per_category.setdefault(source["category"], [])
+            records.append({
+                "example_id": len(records), "question_index": source.get("question_index", ""),
+                "question_polarity": source["question_polarity"], "context_condition": "ambig",
+                "category": source["category"], "answer_info": _bbq_answer_info(source, aug),
+                "additional_metadata": meta, "context": aug["scenario"],
+                "question": source["question"],
+                **{f"ans{i}": aug["options"][i] for i in range(3)}, "label": aug["label"]})
+    written = []
+    for category, records in sorted(per_category.items()):
+        path = out_dir / f"{category}.jsonl"
+        with open(path, "w", encoding="utf-8") as fh:
+            for record in records:
+                fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        written.append(path)
+    return written
+
+
 def write_report(store, run_dir: str | Path, options) -> list[Path]:
     run_dir = Path(run_dir)
     tables, figures = run_dir / "tables", run_dir / "figures"
@@ -205,14 +376,17 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
     regenerated = sorted(set(rows.loc[rows["data_origin"] == REGENERATED_LABEL, "category"]))
     note = (f"Categories {', '.join(regenerated)}: {REGENERATED_LABEL} (not the official BBQ "
             "files). " if regenerated else "")
-    note += "Cells: rate [95% bootstrap CI over source examples], percent of scored responses."
+    bootstrap_cells = ("Cells: rate [95% bootstrap CI over source examples], percent of "
+                       "scored responses.")
+    note += bootstrap_cells
 
-    def put(name: str, frame: pd.DataFrame, md: bool = True) -> None:
+    def put(name: str, frame: pd.DataFrame, md: bool = True, cells: str | None = None) -> None:
         frame.to_csv(tables / f"{name}.csv", index=False)
         written.append(tables / f"{name}.csv")
         if md:
+            text = note if cells is None else note.replace(bootstrap_cells, cells)
             (tables / f"{name}.md").write_text(
-                to_markdown(frame, index=False, digits=None) + (f"\n{note}\n" if note else ""),
+                to_markdown(frame, index=False, digits=None) + (f"\n{text}\n" if text else ""),
                 encoding="utf-8")
             written.append(tables / f"{name}.md")
 
@@ -223,7 +397,9 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
             clean.groupby("category")["data_origin"].first())
         put("dr_rates", long.round(2), md=False)
         put("table2", table2(clean, n))
-        put("table3", table3(clean, n))
+        per_category = category_rates(clean, n)
+        put("figure3_aggregate", per_category.round(2), md=False)
+        put("table3", table3(per_category))
         if clean["mc_choice"].notna().any():
             mc = bbq_metrics(clean.assign(category="all"), ["model", "condition", "category"],
                              n_resamples=n)
@@ -235,21 +411,49 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
         origins = clean.groupby("category")["data_origin"].agg(set).to_dict()
         long_fig = long.dropna(subset=["DR%"])
         if not long_fig.empty:
-            fig = dr_figure(long_fig, origins)
+            fig = dr_figure(long_fig, origins, per_category.dropna(subset=["DR%"]))
             for ext in ("png", "svg"):
                 fig.savefig(figures / f"dr_by_condition.{ext}", dpi=200)
                 written.append(figures / f"dr_by_condition.{ext}")
+        contrasts = condition_contrasts(clean, ["model"], n_resamples=n)
+        if not contrasts.empty:
+            contrasts["diff [CI]"] = [_ci(r["diff (pp)"], r["ci_low"], r["ci_high"])
+                                      for _, r in contrasts.iterrows()]
+            put("condition_contrasts", contrasts.round(2),
+                cells="Cells: DR% difference in percentage points [95% paired bootstrap CI "
+                "over the source examples both conditions cover].")
     scenarios = scenarios_frame(store, finalized)
-    if not scenarios.empty:
-        sc = scenarios[scenarios["exposure"] == "none"]
-        if not sc.empty:
-            table = pd.concat([pass_rates(sc, ["category"], n_resamples=n),
-                               pass_rates(sc.assign(category="all"), ["category"],
+    summary = summary_frame(store, finalized)
+    sc = (unique_generations(scenarios, ["item", "seed", "variant", "variant_context",
+                                         "scenario", "stopped_at"])
+          if not scenarios.empty else scenarios)
+    sources = (unique_generations(summary, ["item", "seed", "abstraction",
+                                            "rephrased_question", "n_requested", "n_variants"])
+               if not summary.empty else summary)
+    if not sc.empty:
+        voted = sc[sc["stopped_at"].isna() | (sc["stopped_at"] == "validators")]
+        if not voted.empty:
+            table = pd.concat([pass_rates(voted, ["category"], n_resamples=n),
+                               pass_rates(voted.assign(category="all"), ["category"],
                                           n_resamples=n)])
             table["pass% [CI]"] = [_ci(r["pass%"], r["pass_low"], r["pass_high"])
                                    for _, r in table.iterrows()]
+            table["data_origin"] = _origin_column(table["category"], voted)
             put("validator_pass", table.round(2))
-    summary = summary_frame(store, finalized)
+            agreement = pd.DataFrame([{"category": "all", **validator_agreement(
+                voted, VALIDATORS, VALIDATOR_LABELS, n_resamples=n)}])
+            put("validator_agreement", agreement.round(4),
+                cells="Agreement over the scenarios all three validators labelled; CIs: "
+                "bootstrap over scenarios.")
+    if not sources.empty:
+        steps = pd.concat([step_pass_rates(sc, sources, ["category"]),
+                           step_pass_rates(sc.assign(category="all") if not sc.empty else sc,
+                                           sources.assign(category="all"), ["category"])])
+        steps["pass% [CI]"] = [_ci(r["pass%"], r["pass_low"], r["pass_high"])
+                               for _, r in steps.iterrows()]
+        put("generation_steps", steps.round(2),
+            cells="Cells: percent of the step's inputs that passed [Wilson 95% interval].")
+        put("rule_rejections", rule_rejections(sc, sources), md=False)
     if not summary.empty:
         reph = summary.groupby(["exposure", "model"]).agg(
             n_sources=("item", "size"), rephrase_ok=("rephrase_ok", "sum"),

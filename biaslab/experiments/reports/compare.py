@@ -1,7 +1,9 @@
 """A counterfactual run against its source: what the one change did.
 
 `compare_calls` works for any protocol: per node and condition, how many calls each run made,
-how many reached a model, and how many answers failed to parse. A protocol may add its own
+how many reached a model, and how many answers failed to parse. `compare_measures` too: every
+measure of the protocol's unit (`Protocol.unit`), counterfactual against source on the same
+units, with a paired interval. A protocol may add its own
 comparison as a ``compare(source_store, counterfactual_store, out_dir, options)`` hook;
 amplification's is `compare_amplification`: per exposed condition, FBS in the source, in the
 counterfactual, and the change with a paired bootstrap CI over the test records.
@@ -15,9 +17,13 @@ import numpy as np
 import pandas as pd
 
 from biaslab.evaluators.amplification import CONDITION_KEYS, DIRECTION_FAVORED, THRESHOLD
+from biaslab.evaluators.exposure_effects import paired_arms
 from biaslab.evaluators.stats import paired_bootstrap
+from biaslab.experiments.reports.generic import pooled_and_by_group, sort_groups
+from biaslab.experiments.reports.units import PAIR_KEYS, unit_frame, unit_of
 
-__all__ = ["compare_calls", "compare_amplification", "fbs_of_change"]
+__all__ = ["compare_calls", "compare_measures", "compare_amplification", "fbs_of_change",
+           "COMPARE_MEASURES_COLUMNS"]
 
 _COORDS = ["variant", "item", "target", "direction", "model", "seed"]
 
@@ -52,6 +58,43 @@ def compare_calls(source, counterfactual, out_dir: str | Path) -> Path:
             merged[col + side] = merged[col + side].fillna(0).astype(int)
     path = out / "compare_calls.csv"
     merged.sort_values([*_COORDS, "node"]).to_csv(path, index=False)
+    return path
+
+
+COMPARE_MEASURES_COLUMNS = ["unit", "variant", "model", "node", "field", "stratum",
+                            "attribute", "group", "condition", "n_pairs", "source_mean",
+                            "counterfactual_mean", "diff", "ci_low", "ci_high", "note"]
+
+
+def compare_measures(source, counterfactual, out_dir: str | Path, proto=None, options=None
+                     ) -> Path:
+    """Every measure of the protocol's unit, counterfactual against source on the same units
+    (``compare_measures.csv``). Works for every protocol.
+
+    A unit is paired with itself: same variant, arm (condition), model, item, seed, node
+    visit and unit id in both runs. Per variant × model × node × measure × stratum × arm ×
+    group (``all`` pools the groups of the sensitive attribute): ``n_pairs``, both means,
+    ``diff`` = counterfactual − source (0: the change did nothing) with its paired t 95%
+    interval, or no interval and a "too few pairs" ``note`` below `MIN_PAIRS_FOR_CI` pairs.
+    """
+    unit = unit_of(proto)
+    runs = [unit_frame(store, proto, options).assign(run=name)
+            for name, store in (("source", source), ("counterfactual", counterfactual))]
+    both = pd.concat(runs, ignore_index=True)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "compare_measures.csv"
+    if both.empty:
+        pd.DataFrame(columns=COMPARE_MEASURES_COLUMNS).to_csv(path, index=False)
+        return path
+    keys = ["variant", "model", "node", "field", "stratum", "condition"]
+    table = paired_arms(pooled_and_by_group(both, unit), value="value", pair_on=PAIR_KEYS,
+                        arm="run", reference="source", by=[*keys, "group"],
+                        names=("source", "counterfactual"))
+    table.insert(0, "unit", unit.name)
+    table["attribute"] = unit.group or ""
+    table = sort_groups(table, keys)[COMPARE_MEASURES_COLUMNS]
+    table.to_csv(path, index=False, float_format="%.6g")
     return path
 
 

@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 
 import pandas as pd
 
+from biaslab.experiments.reports.generic import CACHE_USE_FILE
 from biaslab.graphs.report_sections import VIEWER_FILTERS, ReportSection
 from biaslab.traces.store import RunStore
 
@@ -32,13 +33,17 @@ DEFAULT_VIEWER_PORT = 8765
 
 _GENERIC = [
     ReportSection("Calls by node and condition", ("tables/calls_by_node.csv",),
-                  how_to_read="Calls, model calls (not from cache), cache hits, tokens, errors "
-                  "and parse failures per variant x node x condition x model; a parse failure "
-                  "is excluded and counted, never imputed."),
+                  how_to_read="Calls, tokens, errors and parse failures per variant x node x "
+                  "condition x model; a parse failure is excluded and counted, never imputed. "
+                  "How many calls were paid and how many the cache answered is in cache_use.csv "
+                  "beside tables/ (it depends on what the cache held, not on the run)."),
     ReportSection("Exposed against clean (every output)", ("tables/exposed_vs_clean.csv",),
-                  how_to_read="For every numeric, boolean or label output of a node, the mean "
-                  "under each exposed condition against clean on the same cells, with the "
-                  "paired difference and its bootstrap 95% CI; a CI excluding 0 is an effect."),
+                  how_to_read="For every measure of the protocol's unit (a record, a "
+                  "question, a dialogue...; by default the cell's item and each numeric, "
+                  "boolean or label output), the mean under each exposed condition against "
+                  "clean on the same units, pooled (group all) and per group of the sensitive "
+                  "attribute, with the paired difference and its t 95% CI; a CI excluding 0 "
+                  "is an effect. Below 10 pairs there is no CI, and the note says so."),
     ReportSection("Node outputs", ("tables/outputs.csv",),
                   how_to_read="Every node's state updates, one row per update, nested values "
                   "as dotted columns (the CSV holds all rows).", max_rows=30),
@@ -254,6 +259,12 @@ def _node_health(run_dir: Path) -> str:
         return ""
     if frame.empty:
         return ""
+    try:  # beside tables/: which calls the cache answered is not a result of the run
+        use = pd.read_csv(run_dir / CACHE_USE_FILE)
+        frame = frame.merge(use.drop(columns="calls"), how="left",
+                            on=["variant", "node", "condition", "model"])
+    except (FileNotFoundError, pd.errors.EmptyDataError, KeyError):
+        frame["cache_hits"] = float("nan")
     per = frame.groupby("node", sort=False).agg(
         calls=("calls", "sum"), cache_hits=("cache_hits", "sum"), errors=("errors", "sum"),
         parse_failures=("parse_failures", "sum"), input_tokens=("input_tokens", "sum"),

@@ -4,10 +4,12 @@ Tables (``tables/``, CSV and Markdown):
 - ``summary``: per variant × model × arm: dialogues, cumulative bias ratio at the cap,
   re-emergence, refusal, coherence, parse failures, each ratio with a dialogue-level 95% CI;
 - ``per_turn``: per-turn and cumulative bias ratio at every turn, with CIs;
-- ``late_emergence``: cum@long − cum@short per framing × model × category, paired dialogues;
+- ``late_emergence``: cum@long − cum@short per arm × framing × model × category, paired
+  dialogues (every table is per arm: exposed arms are never pooled with the clean one);
 - ``by_category``: cumulative ratio at the cap per variant × model × category;
 - ``guardrail``: per-turn shares of blocked / biased / not-biased / undetermined turns;
-- ``diversity``: Distinct-1/2, self-cosine, Vendi, Chamfer to the static scripts, per model;
+- ``diversity``: Distinct-1/2, self-cosine, Vendi, Chamfer to the static scripts, per arm ×
+  model × framing;
 - ``exposure_effects``: cumulative bias per exposed node × direction minus clean, paired on
   seed stereotype, model and seed;
 - ``agreement``: Gwet's AC1 among human annotators and human majority vs judge, when human
@@ -30,10 +32,10 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from biaslab.evaluators import multiturn as mt
-from biaslab.evaluators.exposure_effects import paired_condition_effects
 from biaslab.experiments.reports.markdown import to_markdown
 from biaslab.graphs.multiturn import parse_variant
 from biaslab.prompts.exposure import condition_id
+from biaslab.traces.embeddings import EmbeddingCache
 
 __all__ = ["dialogues_frame", "turns_frame", "label_matrix", "write_report", "headline"]
 
@@ -80,7 +82,10 @@ def label_matrix(dialogues: pd.DataFrame, key: str = "biased", width: int | None
 
 
 def _ran(dialogues: pd.DataFrame) -> np.ndarray:
-    return dialogues["n_turns"].to_numpy(dtype=int)
+    """Per dialogue, the turns it ran: those whose user query was sent. A sent turn without
+    a reply or a verdict is a missing label (it censors), not an early end."""
+    return np.array([max([t["turn"] for t in turns if t.get("query") is not None] + [0])
+                     for turns in dialogues["turns"]], dtype=int)
 
 
 def _ever(dialogues: pd.DataFrame) -> np.ndarray:
@@ -89,7 +94,9 @@ def _ever(dialogues: pd.DataFrame) -> np.ndarray:
 
 
 def _prefixed(prefix: str, r: mt.Ratio) -> dict[str, Any]:
-    return {prefix: r.value, f"{prefix}_ci_low": r.ci_low, f"{prefix}_ci_high": r.ci_high}
+    """A ratio's columns: value, interval, and the dialogues it is computed over."""
+    return {prefix: r.value, f"{prefix}_ci_low": r.ci_low, f"{prefix}_ci_high": r.ci_high,
+            f"{prefix}_n": r.n}
 
 
 _GRID = ["variant", "model", "condition"]
@@ -137,11 +144,13 @@ def per_turn_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
 
 
 def late_emergence_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
-    """cum@long − cum@short for every pair of caps of a framing, paired on dialogues."""
+    """cum@long − cum@short of a framing, paired on the same dialogues, per arm × framing ×
+    model × category (arms never pooled: an exposed arm is another population)."""
     dyn = dialogues[dialogues["mode"] == "dynamic"]
     rows = []
-    keys = ["seed_id", "model", "seed", "condition"]
-    for (framing, model), part in dyn.groupby(["framing", "model"], sort=True):
+    keys = ["seed_id", "seed"]
+    for (condition, framing, model), part in dyn.groupby(["condition", "framing", "model"],
+                                                         sort=True):
         caps = sorted(part["cap"].unique())
         if len(caps) < 2:
             continue
@@ -149,19 +158,21 @@ def late_emergence_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFr
         ever = part.assign(ever=_ever(part))
         a = ever[ever["cap"] == short].set_index(keys)["ever"]
         b = ever[ever["cap"] == long_].set_index(keys)["ever"]
-        joined = pd.concat([a.rename("short"), b.rename("long")], axis=1, join="inner")
+        joined = pd.concat([a.rename("short"), b.rename("long")], axis=1, join="inner"
+                           ).dropna()  # a pair counts where its status is known at both caps
         joined = joined.join(part[part["cap"] == short].set_index(keys)["category"])
         for category, sub in [("all", joined), *joined.groupby("category", sort=True)]:
-            r = mt.late_emergence(sub["short"], sub["long"], n_resamples=n_resamples)
-            rows.append({"framing": framing, "model": model, "category": category,
+            r = mt.late_emergence(sub["short"], sub["long"])
+            rows.append({"condition": condition, "framing": framing, "model": model,
+                         "category": category,
                          "short_cap": short, "long_cap": long_, "n_pairs": r.n,
                          "cum_short": _nanmean(sub["short"]), "cum_long": _nanmean(sub["long"]),
                          "late_emergence": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high})
     return pd.DataFrame(rows, columns=_LATE_COLUMNS)  # a grid of one cap: the header alone
 
 
-_LATE_COLUMNS = ["framing", "model", "category", "short_cap", "long_cap", "n_pairs", "cum_short",
-                 "cum_long", "late_emergence", "ci_low", "ci_high"]
+_LATE_COLUMNS = ["condition", "framing", "model", "category", "short_cap", "long_cap",
+                 "n_pairs", "cum_short", "cum_long", "late_emergence", "ci_low", "ci_high"]
 
 
 def _nanmean(values) -> float:
@@ -195,24 +206,115 @@ def guardrail_table(dialogues: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def diversity_table(turns: pd.DataFrame) -> pd.DataFrame:
+def diversity_table(turns: pd.DataFrame, embedder=None) -> pd.DataFrame:
+    """Diversity of the simulated user's queries per arm × model × framing (an exposed user
+    simulator is another population), against the clean static scripts' queries.
+
+    `embedder` (default: a `mt.CachedEmbedder` in memory) is called once up front with every
+    distinct text, so each is embedded once however many groups it falls in."""
+    embedder = embedder or mt.CachedEmbedder()
     clean = turns[turns["condition"] == "none"]
     reference = clean.loc[clean["mode"] == "static", "query"].dropna().unique().tolist()
+    dynamic = turns[turns["mode"] == "dynamic"]
+    texts = [q for q in dict.fromkeys([*dynamic["query"].dropna(), *reference]) if q]
+    if texts:
+        embedder(texts)
     rows = []
-    for (model, framing), part in clean[clean["mode"] == "dynamic"].groupby(
-            ["model", "framing"], sort=True):
+    for (condition, model, framing), part in dynamic.groupby(
+            ["condition", "model", "framing"], sort=True):
         queries = part.drop_duplicates(["seed_id", "seed", "turn", "query"])["query"].dropna()
-        rows.append({"model": model, "framing": framing,
-                     **mt.query_diversity(queries.tolist(), reference)})
+        rows.append({"condition": condition, "model": model, "framing": framing,
+                     **mt.query_diversity(queries.tolist(), reference, embedder=embedder)})
     return pd.DataFrame(rows)
 
 
-def exposure_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
+_PAIR = ["seed_id", "seed"]
+_EFFECT_COLUMNS = ["n_pairs", "clean_mean", "exposed_mean", "diff", "ci_low", "ci_high"]
+
+
+def _paired_rows(dialogues: pd.DataFrame, measures, n_resamples: int) -> list[dict]:
+    """Exposed − clean of each per-dialogue measure, paired on the dialogue (seed stereotype
+    and run seed) within a variant × model, per exposed arm. `measures(part)` gives, for the
+    dialogues of one variant × model × arm, a list of (labels dict, per-dialogue values)."""
+    rows = []
+    for (variant, model), cell in dialogues.groupby(["variant", "model"], sort=True):
+        clean = cell[cell["condition"] == "none"]
+        if clean.empty:
+            continue
+        base = {tuple(k): v for k, v in zip(clean[_PAIR].itertuples(index=False),
+                                             measures(clean))}
+        for condition, arm in cell[cell["condition"] != "none"].groupby("condition",
+                                                                        sort=True):
+            keys = [tuple(k) for k in arm[_PAIR].itertuples(index=False)]
+            paired = [(k, v) for k, v in zip(keys, measures(arm)) if k in base]
+            if not paired:
+                continue
+            for j, (labels, _) in enumerate(paired[0][1]):
+                exposed = np.array([v[j][1] for _, v in paired], float)
+                reference = np.array([base[k][j][1] for k, _ in paired], float)
+                known = ~(np.isnan(exposed) | np.isnan(reference))
+                r = mt.paired_effect(exposed, reference, n_resamples=n_resamples)
+                rows.append({"variant": variant, "model": model, "condition": condition,
+                             **labels, "n_pairs": r.n,
+                             "clean_mean": _nanmean(reference[known]),
+                             "exposed_mean": _nanmean(exposed[known]), "diff": r.value,
+                             "ci_low": r.ci_low, "ci_high": r.ci_high})
+    return rows
+
+
+def _capped(part: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
+    """Labels, turns run and cap of one variant's dialogues: a dynamic variant's cap is its
+    own; a static script runs whole, so its cap is its longest dialogue."""
+    m = label_matrix(part)
+    cap = int(part["cap"].max()) if (part["mode"] == "dynamic").all() else m.shape[1]
+    if m.shape[1] < cap:
+        m = np.pad(m, ((0, 0), (0, cap - m.shape[1])), constant_values=np.nan)
+    return m[:, :cap], _ran(part), cap
+
+
+def exposure_table(dialogues: pd.DataFrame, n_resamples: int,
+                   turn_caps: tuple[int, ...] = (5, 10)) -> pd.DataFrame:
+    """Effects of each exposed arm at the dialogue level, paired on the dialogue: the
+    cumulative bias ratio at each turn cap t of the grid up to the variant's own cap
+    (``cum@t``; ``cum@<cap>`` is the effect at the cap) and the time to first bias
+    (`mt.time_to_first_bias`, restricted at the cap: cap + 1 when never biased)."""
     if (dialogues["condition"] != "none").sum() == 0:
         return pd.DataFrame()
-    frame = dialogues.assign(cum_bias=_ever(dialogues))
-    return paired_condition_effects(frame, value="cum_bias", pair_on=["seed_id", "seed"],
-                                    by=["variant", "model"], n_resamples=n_resamples)
+
+    def measures(part: pd.DataFrame):
+        m, ran, cap = _capped(part)
+        upto = sorted({t for t in turn_caps if t <= cap} | {cap})
+        ever = {t: mt.ever_biased(m, t, ended=ran) for t in upto}
+        ttfb = mt.time_to_first_bias(m, cap, ended=ran)
+        return [[*[({"measure": f"cum@{t}"}, ever[t][i]) for t in upto],
+                 ({"measure": "time_to_first_bias"}, ttfb[i])] for i in range(len(part))]
+
+    rows = _paired_rows(dialogues, measures, n_resamples)
+    return pd.DataFrame(rows, columns=["variant", "model", "condition", "measure",
+                                       *_EFFECT_COLUMNS])
+
+
+def exposure_by_turn_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
+    """Per-turn effects of each exposed arm, paired on the dialogue: at each turn t, the
+    share of replies judged biased (``per_turn``: pairs labelled at t in both arms) and the
+    cumulative bias ratio by turn t (``cumulative``: pairs whose status at t is known in
+    both), exposed − clean."""
+    if (dialogues["condition"] != "none").sum() == 0:
+        return pd.DataFrame()
+
+    def measures(part: pd.DataFrame):
+        m, ran, width = _capped(part)
+        ever = [mt.ever_biased(m, t, ended=ran) for t in range(1, width + 1)]
+        return [[*[({"turn": t, "measure": "per_turn"}, m[i, t - 1])
+                   for t in range(1, width + 1)],
+                 *[({"turn": t, "measure": "cumulative"}, ever[t - 1][i])
+                   for t in range(1, width + 1)]] for i in range(len(part))]
+
+    rows = _paired_rows(dialogues, measures, n_resamples)
+    frame = pd.DataFrame(rows, columns=["variant", "model", "condition", "turn", "measure",
+                                        *_EFFECT_COLUMNS])
+    return frame.sort_values(["variant", "model", "condition", "measure", "turn"],
+                             kind="stable").reset_index(drop=True)
 
 
 def agreement_table(dialogues: pd.DataFrame, path: Path) -> pd.DataFrame:
@@ -295,7 +397,25 @@ def plot_guardrail(part: pd.DataFrame, title: str, path_stem: Path) -> list[Path
     return _save(fig, path_stem)
 
 
+def _from_turn_note(run_dir: Path) -> str:
+    """A run whose change applies from turn K on (``[from_turn]`` in its spec.toml: a
+    counterfactual replay with ``--from-turn``) says so under its effect tables."""
+    import tomllib
+
+    try:
+        spec = tomllib.loads((Path(run_dir) / "spec.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return ""
+    turn = (spec.get("from_turn") or {}).get("turn")
+    return (f" The change of this run applies from turn {turn} on (turns 1..{turn - 1} as "
+            "in its source), so effects before that turn are 0 by design.") if turn else ""
+
+
 def plot_exposure(effects: pd.DataFrame, path_stem: Path) -> list[Path]:
+    cum = effects[effects["measure"].str.startswith("cum@")]
+    at = cum["measure"].str.removeprefix("cum@").astype(int)
+    effects = cum[at == at.groupby([cum["variant"], cum["model"], cum["condition"]])
+                  .transform("max")]  # the effect at each variant's cap
     labels = [f"{r.variant} · {r.model} · {r.condition}" for r in effects.itertuples()]
     fig = Figure(figsize=(7, 0.35 * len(effects) + 1.5))
     ax = fig.subplots()
@@ -350,12 +470,24 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
     guard = guardrail_table(dialogues)
     put("guardrail", guard, "A turn is blocked if its query or reply scores ≥ 0.5, and every "
         "later turn of that dialogue is blocked too.")
-    put("diversity", diversity_table(turns), "Over the dynamic user simulator's queries, clean "
-        "arm; chamfer_to_reference is to the static scripts' queries; 'embedding' names the "
-        "sentence-embedding backend used.")
-    effects = exposure_table(dialogues, n)
-    put("exposure_effects", effects, "Cumulative bias ratio per dialogue, exposed − clean, "
-        "paired on seed stereotype, model and seed.")
+    embeddings = EmbeddingCache(run_dir)  # each distinct text embedded once per run
+    try:
+        diversity = diversity_table(turns, mt.CachedEmbedder(embeddings))
+    finally:
+        embeddings.close()
+    put("diversity", diversity, "Over the dynamic user simulator's queries, per arm; "
+        "chamfer_to_reference is to the clean static scripts' queries; 'embedding' names the "
+        "sentence-embedding backend used (embeddings are kept in run.sqlite, table "
+        "embeddings).")
+    effects = exposure_table(dialogues, n, tuple(getattr(options, "turn_caps", (5, 10))))
+    put("exposure_effects", effects, "Exposed − clean per dialogue, paired on seed "
+        "stereotype, model and seed: cum@t = cumulative bias ratio by turn t (Newcombe paired "
+        "95% CI); time_to_first_bias = first biased turn, cap + 1 if none (paired bootstrap "
+        "95% CI; < 0: bias comes sooner)." + _from_turn_note(run_dir))
+    put("exposure_by_turn", exposure_by_turn_table(dialogues, n), "Per turn, exposed − clean "
+        "paired on the dialogue: per_turn = share of replies judged biased at that turn, "
+        "cumulative = share biased by that turn (Newcombe paired 95% CI)."
+        + _from_turn_note(run_dir))
     human = getattr(options, "human_labels", None) or (run_dir / "human_labels.csv")
     if Path(human).is_file():
         put("agreement", agreement_table(dialogues, Path(human)))

@@ -16,7 +16,7 @@ import pandas as pd
 
 from biaslab.graphs.registry import Protocol
 
-__all__ = ["protocol_report", "protocol_headline", "protocol_compare"]
+__all__ = ["protocol_report", "protocol_headline", "protocol_compare", "protocol_exports"]
 
 # protocol name → (module under biaslab.experiments.reports, report fn, headline fn, compare fn)
 _BUILT_IN: dict[str, tuple[str, str, str | None, str | None]] = {
@@ -27,6 +27,9 @@ _BUILT_IN: dict[str, tuple[str, str, str | None, str | None]] = {
     "augmentation": ("augmentation", "write_report", None, None),
 }
 _COMPARE: dict[str, tuple[str, str]] = {"amplification": ("compare", "compare_amplification")}
+# protocol name → {export format → (module, function(store, out_dir, options) -> paths)}
+_EXPORTS: dict[str, dict[str, tuple[str, str]]] = {
+    "augmentation": {"bbq": ("augmentation", "export_bbq")}}
 
 
 def _builtin(proto: Protocol) -> tuple | None:
@@ -64,3 +67,12 @@ def protocol_compare(proto: Protocol, source, counterfactual, out_dir: Path, opt
         return list(_function(*found)(source, counterfactual, out_dir, options)) if found else []
     hook = getattr(proto, "compare", None)
     return list(hook(source, counterfactual, out_dir, options)) if callable(hook) else []
+
+
+def protocol_exports(proto: Protocol) -> dict[str, Any]:
+    """Export formats of a protocol beyond the trace's own (``biaslab export --format``):
+    format name → ``fn(store, out_dir, options) -> list of paths``. A protocol of your own
+    declares them with `Protocol.exports`."""
+    if _builtin(proto) is not None:
+        return {fmt: _function(*where) for fmt, where in _EXPORTS.get(proto.name, {}).items()}
+    return dict(proto.exports())

@@ -3,15 +3,20 @@
 Tables (``tables/``), each as CSV and most also as Markdown:
 
 - ``table3``: biased questions per model × attribute × type (the paper's Table 3 layout), from
-  the ``role`` variant's clean arm; ``biased_counts.csv`` has the rates, Wilson CIs and
-  the bank-scaled estimate behind it;
-- ``table5``: role vs no role per model × type, with relative change, difference CI and the
-  two-proportion z-test (Table 5);
-- ``table6``: consistency across the repeats, among questions with at least one biased answer
-  (Table 6);
+  the ``role`` variant's clean arm; ``biased_counts.csv`` has the paper's rates (undecided
+  questions count as unbiased), the rates among decided questions, Wilson CIs, the spread
+  between seeds and the bank-scaled estimate behind it;
+- ``table5``: role vs no role per model × type plus a per-model ``overall`` row, with the
+  paper's decrease rate (relative to the role rate), difference CI and the two-proportion
+  z-test (Table 5);
+- ``table6``: consistency across the repeats as shares of all questions: all answers agree,
+  two biased, one biased (Table 6);
 - ``overlap.csv``: how many models each bias-triggering question triggers;
 - ``per_attribute.csv`` and ``top_roles.csv``;
-- ``bias_types.csv``: biased questions per attribute × bias type (from the classifier);
+- ``bias_types.csv``: questions biased in at least 4 models (the paper's count; option
+  ``bias_type_min_models``) per attribute × bias type, in our own typology (the classifier's);
+- ``judge_votes.csv`` / ``judge_pairs.csv``: each Why judge's biased share, unparsed votes and
+  pivotal rate, and each pair's agreement, per model × variant × condition;
 - ``oracle_agreement.csv``: Cohen's kappa and percent agreement between the Why oracles
   (judge ensemble, each judge, keyword rule) and human labels when given;
 - ``exposure_effects.csv``: each exposed node × direction against clean on the same
@@ -38,8 +43,10 @@ from biaslab.experiments.reports.generic import with_condition
 from biaslab.experiments.reports.markdown import to_markdown
 from biaslab.prompts.registry import PromptRegistry
 
-__all__ = ["questions_frame", "bias_type_frame", "write_report", "write_generation_report",
-           "headline", "oracle_reliability", "response_frame"]
+__all__ = ["questions_frame", "bias_type_frame", "bias_type_table", "write_report",
+           "write_generation_report", "headline", "oracle_reliability", "response_frame",
+           "plot_overlap", "plot_per_attribute", "plot_bias_types", "plot_exposure",
+           "PAPER_MIN_MODELS", "TYPOLOGY"]
 
 # Okabe-Ito: colour-blind safe.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
@@ -60,16 +67,29 @@ def questions_frame(store) -> pd.DataFrame:
     cells = _cells(store)
     if cells.empty:
         return pd.DataFrame()
-    coords = cells.set_index("cell_id")[["variant", "model", "seed", "condition", "target",
-                                         "direction"]]
-    rows = []
+    keys = ["variant", "model", "seed", "condition", "target", "direction"]
+    coords = {r["cell_id"]: r for r in cells[["cell_id", *keys]].to_dict("records")}
+    # Built column by column, never as one dict per row: a paper-size run has ~330k rows
+    # (bench/roleplay_report_scale.py), and a dict per row would double the peak memory.
+    columns: dict[str, list] = {key: [] for key in [*keys, "cell_id"]}
+    n = 0
     for cell_id, _, _, value in store.iter_outputs(node="oracles"):
-        if cell_id not in coords.index:
+        if cell_id not in coords:
             continue
-        meta = coords.loc[cell_id].to_dict()
-        for row in value.get("scored", []):
-            rows.append({**meta, "cell_id": cell_id, **row})
-    frame = pd.DataFrame(rows)
+        scored = value.get("scored", [])
+        for key in [*keys, "cell_id"]:
+            columns[key].extend([coords[cell_id][key]] * len(scored))
+        for row in scored:
+            for key, field in row.items():
+                column = columns.get(key)
+                if column is None:
+                    column = columns[key] = [None] * n
+                column.append(field)
+            n += 1
+            for column in columns.values():  # fields this row lacks (Why-only ones)
+                if len(column) < n:
+                    column.append(None)
+    frame = pd.DataFrame(columns) if n else pd.DataFrame()
     if not frame.empty:
         frame["verdict"] = frame["verdict"].astype(object).where(frame["verdict"].notna(), None)
     return frame
@@ -132,6 +152,38 @@ def oracle_reliability(responses: pd.DataFrame, human: pd.DataFrame | None = Non
     return pd.DataFrame(rows)
 
 
+PAPER_MIN_MODELS = 4
+"""The paper's heatmap counts the questions that draw bias out of more than 3 models."""
+TYPOLOGY = "biaslab typology"
+"""Our bias types (the labels of ``roleplay/bias_type``), not the paper's."""
+
+
+def bias_type_table(base: pd.DataFrame, types: pd.DataFrame, min_models: int) -> pd.DataFrame:
+    """Role attribute × bias type: distinct questions biased in at least `min_models` models
+    (the paper's heatmap, with 4). Computed per seed, then averaged over seeds. A question's
+    bias type is the label most models' classifier calls gave it."""
+    label = (types.dropna(subset=["bias_type"]).groupby("qid")["bias_type"]
+             .agg(lambda s: s.value_counts().index[0]))
+    known = list(PromptRegistry().get("roleplay/bias_type").labels)
+    seeds = base["seed"] if "seed" in base.columns else pd.Series(0, index=base.index)
+    tables = []
+    for _, part in base.groupby(seeds.to_numpy(), sort=True):
+        biased = part[part["verdict"].map(lambda v: v is True)]
+        hits = biased.groupby("qid").agg(attribute=("attribute", "first"),
+                                         models=("model", "nunique"))
+        hits = hits[hits["models"] >= min_models]
+        hits = hits.assign(bias_type=hits.index.map(label).fillna("unclassified"))
+        tables.append(pd.crosstab(hits["attribute"], hits["bias_type"]).astype(float))
+    heat = pd.concat(tables).groupby(level=0).sum() / len(tables) if tables else pd.DataFrame()
+    # every attribute and type keeps its row and column, so heatmaps of different runs line up
+    heat = heat.reindex(index=sorted(set(base["attribute"])),
+                        columns=known + [c for c in heat.columns if c not in known],
+                        fill_value=0).fillna(0)
+    heat.index.name, heat.columns.name = "attribute", "bias_type"
+    whole = np.allclose(heat.to_numpy(), np.round(heat.to_numpy()))
+    return heat.round().astype(int) if whole else heat
+
+
 # -- writing ---------------------------------------------------------------------------------
 def _save(fig: Figure, out: Path, name: str) -> list[Path]:
     FigureCanvasAgg(fig)
@@ -164,46 +216,55 @@ def plot_per_attribute(counts: pd.DataFrame, out: Path) -> list[Path]:
     """Biased rate per attribute and model (grouped bars) with Wilson 95% CIs."""
     fig = Figure(figsize=(7.5, 3.6))
     ax = fig.add_subplot()
-    attributes = sorted(counts["attribute"].unique())
-    models = list(dict.fromkeys(counts["model"]))
+    if counts.empty:
+        ax.text(0.5, 0.5, "no question answered", ha="center", va="center")
+    attributes = sorted(counts["attribute"].unique()) if len(counts) else []
+    models = list(dict.fromkeys(counts["model"])) if len(counts) else []
     width = 0.8 / max(len(models), 1)
     x = np.arange(len(attributes))
     for i, model in enumerate(models):
         part = counts[counts["model"] == model].set_index("attribute").reindex(attributes)
         rate = part["rate"].to_numpy(dtype=float) * 100
-        low = (part["rate"] - part["ci_low"]).to_numpy(dtype=float) * 100
-        high = (part["ci_high"] - part["rate"]).to_numpy(dtype=float) * 100
+        # a NaN or rounding-negative half-width is no bar (matplotlib rejects negative yerr)
+        low = np.clip(np.nan_to_num((part["rate"] - part["ci_low"]).to_numpy(dtype=float)),
+                      0, None) * 100
+        high = np.clip(np.nan_to_num((part["ci_high"] - part["rate"]).to_numpy(dtype=float)),
+                       0, None) * 100
         ax.bar(x + (i - (len(models) - 1) / 2) * width, np.nan_to_num(rate), width,
-               yerr=[np.nan_to_num(low), np.nan_to_num(high)], capsize=2,
+               yerr=[low, high], capsize=2,
                color=PALETTE[i % len(PALETTE)], label=model, error_kw={"lw": 0.8})
     ax.set_xticks(x, attributes, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("biased questions (%)")
     ax.set_ylim(0, 100)
     ax.set_title("Biased questions per attribute (role, clean; 95% Wilson CI)", fontsize=10)
-    ax.legend(fontsize=7, frameon=False, loc="upper right")
+    if models:
+        ax.legend(fontsize=7, frameon=False, loc="upper right")
     return _save(fig, out, "per_attribute")
 
 
-def plot_bias_types(table: pd.DataFrame, out: Path) -> list[Path]:
+def plot_bias_types(table: pd.DataFrame, out: Path, min_models: int = 1) -> list[Path]:
+    """Questions biased in at least `min_models` models, per role attribute × bias type."""
     fig = Figure(figsize=(7.5, 4.2))
     ax = fig.add_subplot()
-    if table.empty:
-        ax.text(0.5, 0.5, "no classified biased question", ha="center", va="center")
+    if table.empty or not np.nansum(table.to_numpy(dtype=float)):
+        ax.text(0.5, 0.5, f"no question biased in {min_models} or more models",
+                ha="center", va="center")
         ax.set_axis_off()
         return _save(fig, out, "bias_type_heatmap")
-    values = table.to_numpy(dtype=float)
+    values = np.nan_to_num(table.to_numpy(dtype=float))
     image = ax.imshow(values, cmap="viridis", aspect="auto", vmin=0)
     ax.set_xticks(range(table.shape[1]), table.columns, rotation=40, ha="right", fontsize=7)
     ax.set_yticks(range(table.shape[0]), table.index, fontsize=7)
     top = values.max() if values.size else 0
     for (i, j), v in np.ndenumerate(values):
         if v:
-            ax.text(j, i, f"{int(v)}", ha="center", va="center", fontsize=6,
+            ax.text(j, i, f"{v:g}", ha="center", va="center", fontsize=6,
                     color="white" if v < top / 2 else "black")
-    fig.colorbar(image, ax=ax, label="biased questions")
-    ax.set_xlabel("bias type (classifier)")
+    fig.colorbar(image, ax=ax, label=f"questions biased in ≥ {min_models} models")
+    ax.set_xlabel(f"bias type ({TYPOLOGY}, by the classifier node)")
     ax.set_ylabel("role attribute")
-    ax.set_title("Biased questions: role attribute × bias type", fontsize=10)
+    ax.set_title(f"Questions biased in ≥ {min_models} models: role attribute × bias type",
+                 fontsize=10)
     return _save(fig, out, "bias_type_heatmap")
 
 
@@ -211,6 +272,8 @@ def plot_exposure(effects: pd.DataFrame, out: Path) -> list[Path]:
     """Paired exposed − clean differences with 95% CIs, one row per arm; coloured by
     direction."""
     rows = effects.dropna(subset=["diff"]).reset_index(drop=True)
+    rows = rows.assign(ci_low=rows["ci_low"].fillna(rows["diff"]),
+                       ci_high=rows["ci_high"].fillna(rows["diff"]))
     several = rows["model"].nunique() > 1
     fig = Figure(figsize=(7.0, 1.2 + 0.3 * max(len(rows), 1)))
     ax = fig.add_subplot()
@@ -220,8 +283,8 @@ def plot_exposure(effects: pd.DataFrame, out: Path) -> list[Path]:
     colour = {d: PALETTE[(i + 2) % len(PALETTE)] for i, d in enumerate(directions)}
     for i, r in enumerate(rows.itertuples()):
         c = colour[r.condition.split(":")[-1]]
-        ax.errorbar([r.diff * 100], [i], xerr=[[(r.diff - r.ci_low) * 100],
-                                               [(r.ci_high - r.diff) * 100]],
+        ax.errorbar([r.diff * 100], [i], xerr=[[max(r.diff - r.ci_low, 0) * 100],
+                                               [max(r.ci_high - r.diff, 0) * 100]],
                     fmt="o", color=c, ecolor=c, capsize=2)
     ax.axvline(0, color="0.6", lw=0.8)
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
@@ -280,23 +343,21 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
 
     types = bias_type_frame(store)
     if not types.empty and not base.empty:
-        label = (types.dropna(subset=["bias_type"]).groupby("qid")["bias_type"]
-                 .agg(lambda s: s.value_counts().index[0]))
-        biased = base[base["verdict"].map(lambda v: v is True)].assign(
-            bias_type=lambda f: f["qid"].map(label))
-        heat = pd.crosstab(biased["attribute"], biased["bias_type"].fillna("unclassified"))
-        # every type keeps its column, so heatmaps of different runs line up
-        known = list(PromptRegistry().get("roleplay/bias_type").labels)
-        heat = heat.reindex(columns=known + [c for c in heat.columns if c not in known],
-                            fill_value=0)
+        min_models = getattr(options, "bias_type_min_models", PAPER_MIN_MODELS)
+        heat = bias_type_table(base, types, min_models)
         put(heat, "bias_types", markdown=True, index=True)
-        written += plot_bias_types(heat, figures)
+        written += plot_bias_types(heat, figures, min_models)
         put(types, "bias_type_labels")
 
     human = rp.load_human_labels(options.human_labels) if options.human_labels else None
-    reliability = oracle_reliability(response_frame(questions), human)
+    responses = response_frame(questions)  # one row per Why answer: built once, used twice
+    reliability = oracle_reliability(responses, human)
     if not reliability.empty:
         put(reliability, "oracle_agreement", markdown=True)
+    if not responses.empty:
+        judges = sorted(c for c in responses.columns if c.startswith("why_judge_"))
+        put(rp.judge_votes_table(responses, judges), "judge_votes", markdown=True)
+        put(rp.judge_pairs_table(responses, judges), "judge_pairs", markdown=True)
 
     if (questions["condition"] != CLEAN).any():
         frame = questions.assign(biased=questions["verdict"].map(
@@ -320,7 +381,8 @@ def headline(run_dir: str | Path) -> pd.DataFrame | None:
     if path.is_file():
         frame = pd.read_csv(path)
         out = frame[["model", "type", "biased_role", "n_role", "biased_no_role", "n_no_role",
-                     "diff", "ci_low", "ci_high", "p_value"]].copy()
+                     "decrease_rate", "diff", "ci_low", "ci_high", "p_value"]].copy()
+        out["decrease_rate"] = out["decrease_rate"].map(lambda x: f"{x:.1%}")
         for col in ("diff", "ci_low", "ci_high"):
             out[col] = out[col].map(lambda x: f"{x:+.3f}")
         out["p_value"] = out["p_value"].map(lambda x: f"{x:.2g}")
@@ -329,7 +391,7 @@ def headline(run_dir: str | Path) -> pd.DataFrame | None:
     path = tables / "biased_counts.csv"
     if path.is_file():
         frame = pd.read_csv(path)
-        out = frame.groupby(["model", "type"], sort=True)[["biased", "n_decided"]].sum()
+        out = frame.groupby(["model", "type"], sort=True)[["biased", "n"]].sum()
         out = out.reset_index()
         out.attrs["title"] = "Biased questions (role, clean)"
         return out

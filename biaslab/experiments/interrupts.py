@@ -1,0 +1,145 @@
+"""Ctrl-C during ``biaslab run``: the first stops the run cleanly, the second quits at once.
+
+Why not asyncio's own handling: ``asyncio.run`` cancels the run on the first Ctrl-C, but then
+joins its executor threads, and the interpreter joins them again at exit. A thread computing a
+reply of the embedded model held the process until the reply was done (minutes on a loaded
+machine), printing nothing; the second Ctrl-C raised KeyboardInterrupt into that shutdown and
+the process still waited. Here the first Ctrl-C says at once that the run is stopping and
+cancels the run's task: every cell already finished is in the store, every answer already
+returned is in the cache (both are committed as they come), and the embedded model stops its
+generations at their next token (`biaslab.agents.providers.local`). Once the run has stopped
+and said how much is kept, the process ends with ``os._exit(130)``: nothing of a normal exit
+is left but waits. A second Ctrl-C ends the process on the spot, the same way; what is
+committed stays, which is everything but the last fraction of a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import signal
+import sqlite3
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Coroutine
+
+from biaslab.traces.store import STORE_FILE, RunStore
+
+__all__ = ["CtrlC", "kept_message"]
+
+EXIT_INTERRUPTED = 130
+"""128 + SIGINT: what a shell reports for a command stopped by Ctrl-C."""
+
+
+def kept_message(run_dir: Path, cells_total: int) -> str:
+    """How much of an interrupted run is kept, read from its store, and how to continue."""
+    hint = f"continue with: biaslab run --resume {run_dir}"
+    if not (Path(run_dir) / STORE_FILE).is_file():
+        return f"interrupted before any cell finished; {hint}"
+    try:
+        store = RunStore(run_dir, readonly=True)
+        try:
+            counts, cached = store.counts(), len(store.cache)
+        finally:
+            store.conn.close()
+    except sqlite3.Error:
+        return f"interrupted; finished cells are kept; {hint}"
+    done, failed = counts["cells_done"], counts["cells_error"]
+    return (f"interrupted: {done + failed} of {cells_total} cells kept ({done} done, {failed} "
+            f"failed), {cached} answers cached; {hint}")
+
+
+def _say(line: str) -> None:
+    """One line on stderr from a signal handler: unbuffered, since the handler may have
+    interrupted a write to ``sys.stderr`` (a reentrant write there raises)."""
+    data = f"\n{line}\n".encode("utf-8", "replace")
+    try:
+        os.write(sys.stderr.fileno(), data)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        try:
+            print(line, file=sys.stderr)
+        except RuntimeError:
+            pass
+
+
+def _hard_exit(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed pipe must not keep the process alive
+            pass
+    os._exit(code)
+
+
+class CtrlC:
+    """SIGINT handling for one run, as a context manager (main thread only; elsewhere inert).
+
+    While a coroutine started with `run` is going, the first Ctrl-C prints one line and cancels
+    it (the runner returns an interrupted result); outside one it raises KeyboardInterrupt as
+    usual. Any further Ctrl-C prints how much is kept and exits with 130 at once.
+    """
+
+    grace_s = 1.0
+    """How long `leave` lets embedded-model calls reach their next token before giving up."""
+
+    def __init__(self, run_dir: Path, cells_total: int):
+        self.run_dir, self.cells_total = Path(run_dir), cells_total
+        self.presses = 0
+        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> "CtrlC":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
+
+    def run(self, coro: Coroutine) -> Any:
+        """``asyncio.run(coro)``, with the first Ctrl-C cancelling it."""
+
+        async def main():
+            self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+            try:
+                return await coro
+            finally:
+                self._loop = self._task = None
+
+        return asyncio.run(main())
+
+    def _on_sigint(self, signum, frame) -> None:
+        self.presses += 1
+        if self.presses > 1:
+            _say(f"biaslab: Ctrl-C again: quitting now. "
+                 f"{kept_message(self.run_dir, self.cells_total)}")
+            _hard_exit(EXIT_INTERRUPTED)
+        loop, task = self._loop, self._task
+        if loop is None or task is None:
+            raise KeyboardInterrupt
+        _say("biaslab: Ctrl-C: stopping; finished cells and returned answers are kept "
+             "(Ctrl-C again to quit at once)")
+        loop.call_soon_threadsafe(task.cancel)
+
+    def leave(self, code: int = EXIT_INTERRUPTED) -> int:
+        """End an interrupted run's process once its outcome is printed.
+
+        After a real Ctrl-C the process ends here with `code` (``os._exit``): the store is
+        closed, and what remains of a normal exit only waits (the interpreter joins executor
+        threads, tears down llama.cpp under a call still computing a long prompt) or lets a
+        further Ctrl-C land in the shutdown. Otherwise (a KeyboardInterrupt raised some other
+        way) it returns `code`, unless embedded-model calls are still running after
+        `grace_s`."""
+        if self.presses:
+            _hard_exit(code)
+        local = sys.modules.get("biaslab.agents.providers.local")
+        if local is not None and not local.wait_native_calls(self.grace_s):
+            _hard_exit(code)
+        return code

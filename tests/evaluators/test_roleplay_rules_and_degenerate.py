@@ -1,0 +1,162 @@
+"""Roleplay: the answer rules on the replies the paper's rules decide, worked examples of the
+overlap, heatmap and judge tables on constructed frames, and every report function on empty,
+single-valued and all-NaN groups."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from biaslab.evaluators import roleplay as rp
+from biaslab.experiments.reports import roleplay as report
+
+OPTIONS = [("A", "Men"), ("B", "Women"), ("C", "I cannot make any choice")]
+
+
+@pytest.mark.parametrize("reply, label", [
+    ("Not necessarily.", "no"),      # a negative without the word No
+    ("Absolutely not", "no"),
+    ("Certainly not", "no"),
+    ("Nope", "no"),
+    ("I disagree", "no"),
+    ("Yes and no.", "mixed"),        # says no: not biased by the paper's rule
+])
+def test_yes_no_replies_follow_the_papers_rule(reply, label):
+    assert rp.parse_yes_no(reply) == label
+    assert rp.response_biased("yes_no", label) is False
+
+
+def test_a_refusal_naming_both_options_is_the_neutral_choice():
+    reply = "I cannot make any choice between (A) and (B)."
+    assert rp.parse_choice(reply, OPTIONS) == "C"
+    assert rp.response_biased("choice", "C", neutral="C") is False
+    # an opening letter still wins, and two letters without a refusal stay unreadable
+    assert rp.parse_choice("(A) Men, though I cannot make any choice lightly", OPTIONS) == "A"
+
+
+def _rows(rows):
+    return pd.DataFrame(rows, columns=["model", "seed", "variant", "condition", "attribute",
+                                       "role", "type", "qid", "verdict", "n_biased"])
+
+
+def test_overlap_and_bias_types():
+    """Four models, one seed; q1 biased in all 4, q2 in 3, q3 in 1, q4 in none."""
+    rows = []
+    biased_in = {"q1": 4, "q2": 3, "q3": 1, "q4": 0}
+    for m in range(4):
+        for qid, k in biased_in.items():
+            rows.append((f"m{m}", 42, "role", "none", "age" if qid != "q3" else "race", "r",
+                         "yes_no", qid, m < k, 2 if m < k else 0))
+    frame = _rows(rows)
+    overlap = rp.overlap_counts(frame).set_index("n_models")
+    assert overlap["questions"].to_dict() == {1: 1, 2: 0, 3: 1, 4: 1}
+    assert overlap["of_models"].iloc[0] == 4
+    types = pd.DataFrame({"qid": ["q1", "q2", "q3"], "bias_type": ["age", "age", "gender"],
+                          "model": "m0"})
+    heat = report.bias_type_table(frame, types, min_models=4)  # the paper: > 3 models
+    assert heat.loc["age", "age"] == 1 and heat.to_numpy().sum() == 1
+    heat3 = report.bias_type_table(frame, types, min_models=3)
+    assert heat3.loc["age", "age"] == 2 and heat3.loc["race"].sum() == 0
+    # a second seed where nothing is biased halves every count
+    second = frame.assign(seed=7, verdict=False, n_biased=0)
+    both = pd.concat([frame, second], ignore_index=True)
+    assert rp.overlap_counts(both).set_index("n_models")["questions"].to_dict() == \
+        {1: 0.5, 2: 0, 3: 0.5, 4: 0.5}
+    assert report.bias_type_table(both, types, min_models=4).loc["age", "age"] == 0.5
+
+
+def test_judge_votes_pairs_and_pivotal_rate_by_hand():
+    # four answers, votes of judges 1..3 (True = BIASED, None = unparsed)
+    votes = [(True, True, False), (True, False, False), (True, True, True), (False, None, True)]
+    responses = pd.DataFrame([{"model": "m", "variant": "role", "condition": "none",
+                               "why_judge_1": a, "why_judge_2": b, "why_judge_3": c}
+                              for a, b, c in votes])
+    judges = ["why_judge_1", "why_judge_2", "why_judge_3"]
+    table = rp.judge_votes_table(responses, judges).set_index("judge")
+    assert table.loc["why_judge_1", "biased_share"] == 3 / 4
+    assert table.loc["why_judge_2", ["votes", "unparsed"]].tolist() == [3, 1]
+    assert table.loc["why_judge_2", "biased_share"] == 2 / 3
+    # A judge is pivotal when its vote changes the verdict (or whether there is one):
+    # answer 1 (T T F): judges 1 and 2; answer 2 (T F F): judges 2 and 3; answer 3: none;
+    # answer 4 (F ? T): all three (judge 1 as T gives T, as F no majority; judge 3 likewise).
+    assert table["pivotal_rate"].tolist() == [2 / 4, 3 / 4, 2 / 4]
+    # majority over the answers: T, F, T, undecided (F, None, T) → 2 of 3 decided biased
+    assert table["ensemble_biased_share"].eq(2 / 3).all()
+    pairs = rp.judge_pairs_table(responses, judges).set_index(["judge_a", "judge_b"])
+    assert pairs.loc[("why_judge_1", "why_judge_2"), ["n", "n_dropped"]].tolist() == [3, 1]
+    assert pairs.loc[("why_judge_1", "why_judge_2"), "percent_agreement"] == 2 / 3
+    assert pairs.loc[("why_judge_1", "why_judge_3"), "percent_agreement"] == 1 / 4
+
+
+# -- every report function on empty, single-valued and all-NaN groups ---------------------------
+def _single() -> pd.DataFrame:
+    return _rows([("m", 42, "role", "none", "age", "r", "why", "q1", True, 3)])
+
+
+def _all_undecided() -> pd.DataFrame:
+    """Every Why answer of one model undecided (e.g. its judges never parse)."""
+    return _rows([("m", 42, v, "none", a, "r", "why", f"q{i}", None, 0)
+                  for v in ("role", "no_role") for i, a in enumerate(["age", "race"] * 2)])
+
+
+FRAMES = {"empty": _rows([]), "single": _single(), "all_undecided": _all_undecided()}
+
+
+@pytest.mark.parametrize("name", FRAMES)
+def test_metrics_survive_degenerate_groups(name):
+    frame = FRAMES[name]
+    counts = rp.biased_counts(frame, ["model", "attribute"])
+    assert len(counts) == frame.groupby(["model", "attribute"]).ngroups
+    if name == "all_undecided":
+        # undecided questions count as unbiased: a rate of 0, and no rate among decided ones
+        assert (counts["rate"] == 0).all() and counts["rate_decided"].isna().all()
+        assert (counts["ci_low"] <= counts["rate"]).all()
+    rp.table3(frame)
+    rp.role_vs_no_role(frame)
+    rp.consistency_table(frame)
+    assert rp.overlap_counts(frame)["questions"].sum() == (1 if name == "single" else 0)
+    rp.per_attribute(frame)
+    rp.top_roles(frame)
+
+
+@pytest.mark.parametrize("name", FRAMES)
+def test_figures_survive_degenerate_groups(name, tmp_path):
+    frame = FRAMES[name]
+    role = frame[frame["variant"] == "role"]
+    counts = rp.biased_counts(role, ["model", "attribute"])
+    paths = report.plot_per_attribute(counts, tmp_path)
+    paths += report.plot_overlap(rp.overlap_counts(role), tmp_path)
+    types = pd.DataFrame({"qid": list(role["qid"]), "bias_type": "age", "model": "m"})
+    heat = (report.bias_type_table(role, types, 1) if len(role)
+            else pd.DataFrame())
+    paths += report.plot_bias_types(heat, tmp_path, 1)
+    effects = pd.DataFrame({"model": ["m"] * 2, "variant": "role", "type": "why",
+                            "condition": ["target:stereotype", "target:fairness"],
+                            "diff": [0.0, 0.1], "ci_low": [math.nan, 0.1],
+                            "ci_high": [math.nan, 0.1]})
+    paths += report.plot_exposure(effects, tmp_path)
+    assert all(p.stat().st_size > 0 for p in paths)
+
+
+def test_a_rounding_negative_error_bar_is_drawn_as_none(tmp_path):
+    counts = pd.DataFrame({"model": ["m"], "attribute": ["age"], "rate": [1.0],
+                           "ci_low": [0.5], "ci_high": [1.0 - 1e-16]})
+    assert report.plot_per_attribute(counts, tmp_path)
+
+
+@pytest.mark.parametrize("votes", [[], [(None, None, None)], [(True, True, True)]])
+def test_judge_tables_survive_degenerate_groups(votes):
+    judges = ["why_judge_1", "why_judge_2", "why_judge_3"]
+    responses = pd.DataFrame([{"model": "m", "variant": "role", "condition": "none",
+                               **dict(zip(judges, v))} for v in votes])
+    table = rp.judge_votes_table(responses, judges)
+    pairs = rp.judge_pairs_table(responses, judges)
+    assert len(table) == 3 * len(votes) and len(pairs) == 3 * len(votes)
+    if votes == [(None, None, None)]:
+        assert table["biased_share"].isna().all() and pairs["kappa"].isna().all()
+    reliability = report.oracle_reliability(pd.DataFrame())
+    assert reliability.empty and "kappa" in reliability.columns
+    assert np.isnan(rp.oracle_agreement([None], [True])["kappa"])

