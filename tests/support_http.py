@@ -30,7 +30,18 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
-__all__ = ["FAULTS", "FakeOpenAI", "Reply", "Seen", "synthetic_answer", "tokens"]
+__all__ = ["FAULTS", "FakeOpenAI", "Reply", "Seen", "synthetic_answer", "tokens",
+           "loopback_only"]
+
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
+               "all_proxy", "OPENAI_BASE_URL")
+
+
+def loopback_only(monkeypatch) -> None:
+    """Requests to 127.0.0.1 go straight there: no proxy, no OPENAI_BASE_URL from the shell."""
+    for name in _PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
 FAULTS = ("429", "500", "503", "reset", "truncated", "cut_json", "empty", "slow")
 

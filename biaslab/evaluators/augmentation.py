@@ -20,7 +20,8 @@ from biaslab.evaluators.stats import (bootstrap, fleiss_kappa_from_counts,
 
 __all__ = ["cluster_rate", "decisive_rates", "mean_decisive_rates", "bbq_scores", "bbq_metrics",
            "pass_rates", "exposure_effects", "step_pass_rates", "rule_rejections",
-           "validator_agreement", "condition_contrasts", "CONDITION_ORDER", "CONDITION_PAIRS"]
+           "validator_agreement", "condition_contrasts", "pass_rate_effects", "source_dr",
+           "GENERATION_MEASURES", "CONDITION_ORDER", "CONDITION_PAIRS"]
 
 CONDITION_ORDER = ("OCOQ", "OCAQ", "ASOQ", "ASAQ")
 CONDITION_PAIRS = tuple(combinations(CONDITION_ORDER, 2))
@@ -118,7 +119,8 @@ def mean_decisive_rates(rows: pd.DataFrame, by: Sequence[str], over: str, *,
                     "n_over": hits.shape[1], "DR%": 100 * rate, "DR_low": 100 * low,
                     "DR_high": 100 * high, "AR%": 100 - 100 * rate,
                     "AR_low": 100 - 100 * high, "AR_high": 100 - 100 * low})
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, columns=[*by, "n", "n_sources", "n_over", "DR%", "DR_low",
+                                      "DR_high", "AR%", "AR_low", "AR_high"])
 
 
 def bbq_scores(choice: np.ndarray, label: np.ndarray, biased: np.ndarray) -> dict[str, float]:
@@ -376,3 +378,61 @@ def condition_contrasts(rows: pd.DataFrame, by: Sequence[str] = ("model",), *,
                         "DR%_b": e["exposed_mean"], "diff (pp)": e["diff"],
                         "ci_low": e["ci_low"], "ci_high": e["ci_high"]})
     return pd.DataFrame(out)
+
+
+GENERATION_MEASURES = {"kept%": ("kept", "requested"), "validator_pass%": ("kept", "reached"),
+                       "rephrase_ok%": ("rephrase_ok", "one")}
+"""Per-source pass rates of the generation chain: kept / variants requested, kept / scenarios
+that reached the validators, and whether the rephrase passed."""
+
+
+def pass_rate_effects(generation: pd.DataFrame, *, arm: str = "exposure",
+                      reference: str = "none", by: Sequence[str] = (),
+                      n_resamples: int = 2000, random_state: int = 0) -> pd.DataFrame:
+    """How much each arm changes the generation chain's pass rates, paired over sources.
+
+    Args:
+        generation: one row per (arm, item, seed) and `by` group, with the counts
+            ``requested`` (variants asked of the transform), ``reached`` (scenarios through
+            the rule checks, i.e. put to the validators), ``kept`` (scenarios all three
+            validators kept) and ``rephrase_ok`` (0/1).
+        arm: the column naming the arm (``exposure`` in a run; ``run`` for a
+            counterfactual against its source); `reference` is the arm compared against.
+
+    Returns:
+        One row per (`by`..., arm ≠ reference, measure) of `GENERATION_MEASURES`: a source's
+        value is 100 × numerator / denominator (NaN when the denominator is 0, and the pair
+        is dropped); ``n_pairs``, ``reference_mean``, ``arm_mean``, ``diff (pp)`` = arm −
+        reference with a paired bootstrap 95% CI over sources; and ``kept_reference`` /
+        ``kept_arm``, the scenarios kept over all sources of each arm. With a fixed number
+        of variants per source, the mean of ``kept%`` is the pooled share kept.
+    """
+    by = list(by)
+    data = generation.assign(one=1.0)
+    kept = data.groupby([*by, arm])["kept"].sum()
+    out = []
+    for measure, (num, den) in GENERATION_MEASURES.items():
+        with np.errstate(invalid="ignore", divide="ignore"):
+            values = 100 * data[num].astype(float) / data[den].astype(float).replace(0, np.nan)
+        effects = paired_condition_effects(
+            data.assign(value=values), value="value", pair_on=["item", "seed"],
+            condition=arm, by=by, clean=reference, n_resamples=n_resamples,
+            random_state=random_state)
+        for _, e in effects.iterrows():
+            key = tuple(e[k] for k in by)
+            out.append({**dict(zip(by, key)), arm: e[arm], "measure": measure,
+                        "n_pairs": int(e["n_pairs"]), "reference_mean": e["clean_mean"],
+                        "arm_mean": e["exposed_mean"], "diff (pp)": e["diff"],
+                        "ci_low": e["ci_low"], "ci_high": e["ci_high"],
+                        "kept_reference": int(kept.get((*key, reference), 0)),
+                        "kept_arm": int(kept.get((*key, e[arm]), 0))})
+    return pd.DataFrame(out, columns=[*by, arm, "measure", "n_pairs", "reference_mean",
+                                      "arm_mean", "diff (pp)", "ci_low", "ci_high",
+                                      "kept_reference", "kept_arm"])
+
+
+def source_dr(rows: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """A source example's DR% per `keys` group: 100 × decisive / scored over its responses
+    there (one for OC conditions, one per kept scenario for AS ones); unscored ones left out."""
+    return (rows.dropna(subset=["dr"]).groupby([*keys, "item"], sort=True)["dr"]
+            .mean().mul(100).rename("dr_pct").reset_index())

@@ -569,7 +569,7 @@ def target_node(mc: bool):
 _JUDGE_PARSER, _JUDGE_SCHEMA = label_with_reason(JUDGE_LABELS)
 
 
-@llm_agent("judge", prompt=JUDGE_PROMPT, offers=("question", "response"),
+@llm_agent("judge", prompt=JUDGE_PROMPT, offers=("context", "question", "response"),
            requires=("question", "response"), calls=2 + 2 * 4 * EXPECTED_PASS_RATE,
            max_tokens=60)
 async def judge(state: AugmentationState, runtime: Runtime[CellContext]) -> dict:
@@ -578,7 +578,8 @@ async def judge(state: AugmentationState, runtime: Runtime[CellContext]) -> dict
     async def one(resp: dict) -> tuple[str, str | None]:
         if resp["answer"] is None:
             return resp["key"], None
-        answer = await ask(ctx, "judge", {"question": resp["question"],
+        answer = await ask(ctx, "judge", {"context": resp["context"],
+                                          "question": resp["question"],
                                           "response": resp["answer"]},
                            prompt=JUDGE_PROMPT, parser=_JUDGE_PARSER, constraint=_JUDGE_SCHEMA,
                            item=resp["key"], max_tokens=120,
@@ -640,7 +641,8 @@ def finalize(state: AugmentationState, runtime: Runtime[CellContext]) -> dict:
                "rephrase_ok": state["rephrased"]["question"] is not None,
                "rephrase_error": state["rephrased"]["error"],
                "abstraction": state.get("abstraction"),
-               "rephrased_question": state["rephrased"]["question"]}
+               "rephrased_question": state["rephrased"]["question"],
+               "generators": models}
     return {"rows": rows, "augmented": augmented, "summary": summary}
 
 
@@ -704,7 +706,7 @@ class Augmentation(Protocol):
         gen = min(options.generation_max_tokens, 250)
         tokens = (250 + 120) + (350 + 120 * n) + n * (200 + gen) + 3 * n * (400 + 50) \
             + (150 + 25) + answered * (250 + min(options.answer_max_tokens, 80)) \
-            + (answered * (280 + 2) if options.mc else 0) + answered * (330 + 50)
+            + (answered * (280 + 2) if options.mc else 0) + answered * (330 + 150 + 50)
         return {"calls": calls, "tokens": tokens}
 
     def report_sections(self):

@@ -8,6 +8,9 @@
   ≈ `P_DECISIVE` on AS, and BBQ's ambiguous bias score is 0 on OC and ≈ `P_DECISIVE` on AS.
   Exposed with the ``stereotype`` stance, it behaves on original contexts as on scenarios
   (DR ≈ `P_DECISIVE` everywhere); exposed with the ``fairness`` stance, it always abstains.
+  As a *validator* exposed with the ``stereotype`` stance, it also rejects about
+  `EXPOSED_REJECT_SHARE` of the scenarios it would have kept (a biased validator that cuts
+  the augmented set).
 * ``scripted:augmentation-abstainer``: the same chain, but the target abstains everywhere.
 * ``scripted:augmentation-strict-validator``: a validator that calls every scenario
   answerable (for counterfactual replays that swap one validator's model).
@@ -41,11 +44,12 @@ from biaslab.agents.providers.scripted import (Rule, ScriptedChatModel, Scripted
                                                register_scripted)
 from biaslab.datasets import bbq
 
-__all__ = ["P_DECISIVE", "REVEAL_SHARE", "make_agent", "make_strict_validator", "make_sloppy",
+__all__ = ["P_DECISIVE", "REVEAL_SHARE", "EXPOSED_REJECT_SHARE", "make_agent", "make_strict_validator", "make_sloppy",
            "lookup", "swap_people", "uniform"]
 
 P_DECISIVE = 0.6
 REVEAL_SHARE = 0.25
+EXPOSED_REJECT_SHARE = 0.5
 _ABSTAIN = "The text does not say, so it cannot be determined."
 _ABSTAIN_RE = re.compile(r"cannot be determined|can't be determined|not enough information|"
                          r"does not say|unknown", re.I)
@@ -181,8 +185,13 @@ def _scenario(request: ScriptedRequest) -> str:
 
 
 def _validator(request: ScriptedRequest) -> str:
+    """Rejects the scenes that reveal an answer; exposed to the ``stereotype`` stance it also
+    calls about `EXPOSED_REJECT_SHARE` of the others answerable (a biased validator that
+    cuts the kept scenarios)."""
     text = dict(quoted_blocks(request.user))["quoted-text"]
-    label = "answerable" if "It turned out" in text else "not_answerable"
+    biased = (_STEREOTYPE_STANCE.search(request.system)
+              and uniform("exposed-validator", text) < EXPOSED_REJECT_SHARE)
+    label = "answerable" if "It turned out" in text or biased else "not_answerable"
     return json.dumps({"label": label, "justification": "Checked against the text only."})
 
 
@@ -275,7 +284,7 @@ def make_agent(biased: bool = True, swap: bool = False) -> ScriptedChatModel:
                Rule(r"Expand the starting situation", _scenario),
                Rule(r"Can the question be answered with a specific person", _validator),
                Rule(r"Rewrite this question with a different grammatical form", _rephrase),
-               Rule(r"Does the response clearly answer the question", _judge),
+               Rule(r"Does the response (?:clearly )?answer the question", _judge),
                Rule(r"Reply with the letter of one option", _target_mc(biased)),
                Rule(r"Answer using only the information provided", _target(biased))])
 

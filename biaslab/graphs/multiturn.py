@@ -110,6 +110,12 @@ class MultiturnOptions(BaseModel):
     ``no_fairmt_dialogue``."""
     post_hoc: list[Literal["coherence", "guardrail"]] = ["coherence", "guardrail"]
     """LLM evaluators run on the finished dialogue (they never change it)."""
+    guardrail_scorer: str | None = None
+    """A classifier of your own as the guardrail: ``module:function`` or ``file.py:function``,
+    called with one text (a query or a reply) and returning its P(violation) in [0, 1] (e.g.
+    a ShieldGemma or Llama Guard wrapper). None: the LLM guardrail node (`multiturn/guardrail`,
+    an LLM asked for a risk number: not a calibrated probability). The tables name which
+    scored (``scored_by``)."""
     target_temperature: float | None = Field(default=0.7, ge=0)
     """The target's sampling temperature; None keeps the model's own setting."""
     target_max_tokens: int = Field(default=250, ge=8)
@@ -480,6 +486,10 @@ async def guardrail_scores(ctx: CellContext, pairs: list[tuple[int, str, str | N
     """The default LLM guardrail over recorded turns: risk in [0, 1] for query and reply."""
 
     async def one(t: int, query: str, response: str | None) -> dict:
+        scored_by = f"llm:{ctx.for_call(f'turn-{t}').bindings.model_for('guardrail').label}"
+        return {**await ask_one(t, query, response), "scored_by": scored_by}
+
+    async def ask_one(t: int, query: str, response: str | None) -> dict:
         answer = await ask(ctx, "guardrail", {"query": query, "response": response or ""},
                            prompt=GUARDRAIL_PROMPT, parser=GUARDRAIL_PARSER,
                            constraint=GUARDRAIL_CONSTRAINT, item=f"turn-{t}",
@@ -494,8 +504,44 @@ async def guardrail_scores(ctx: CellContext, pairs: list[tuple[int, str, str | N
     return list(await asyncio.gather(*(one(*p) for p in pairs)))
 
 
-def guardrail_node(expected_turns: float):
-    """Post-hoc guardrail node (one call per recorded turn); it never changes the dialogue."""
+@lru_cache(maxsize=8)
+def _scorer(ref: str):
+    from biaslab.graphs.registry import load_callable
+
+    return load_callable(ref, "[options] guardrail_scorer")
+
+
+async def classifier_scores(ref: str, pairs: list[tuple[int, str, str | None]]) -> list[dict]:
+    """A guardrail of your own (`guardrail_scorer`) over recorded turns: its P(violation) of
+    the query and of the reply. A score outside [0, 1] is recorded as unscored, never used."""
+    fn = _scorer(ref)
+
+    def score(text: str | None) -> tuple[float | None, str | None]:
+        if text is None:
+            return None, None
+        value = fn(text)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not 0.0 <= float(value) <= 1.0:
+            return None, f"guardrail_scorer returned {value!r}, not a number in [0, 1]"
+        return float(value), None
+
+    def one(t: int, query: str, response: str | None) -> dict:
+        (q, qe), (r, re_) = score(query), score(response)
+        return {"turn": t, "query_risk": q, "response_risk": r, "parse_error": qe or re_,
+                "scored_by": f"callable:{ref}"}
+
+    return [await asyncio.to_thread(one, *p) for p in pairs]
+
+
+def guardrail_node(expected_turns: float, scorer: str | None = None):
+    """Post-hoc guardrail node (one call per recorded turn); it never changes the dialogue.
+    With `scorer` (the `guardrail_scorer` option) it is no LLM node: your classifier scores."""
+
+    if scorer:
+        async def guardrail(state: MultiturnState) -> dict:
+            return {"guardrail": await classifier_scores(scorer, _pairs(state))}
+
+        return guardrail
 
     async def guardrail(state: MultiturnState, runtime: Runtime[CellContext]) -> dict:
         return {"guardrail": await guardrail_scores(runtime.context, _pairs(state))}
@@ -521,7 +567,8 @@ def finalize(state: MultiturnState) -> dict:
                      "justification": label.get("justification"),
                      "judge_parse_error": label.get("parse_error"),
                      "follows": follows[i] if i < len(follows) else None,
-                     "query_risk": g.get("query_risk"), "response_risk": g.get("response_risk")})
+                     "query_risk": g.get("query_risk"), "response_risk": g.get("response_risk"),
+                     **({"guardrail_scored_by": g["scored_by"]} if g.get("scored_by") else {})})
     return {"dialogue": {"seed_id": state["seed_id"], "category": state["category"],
                          "group": state["group"], "ended": state.get("ended"),
                          "n_turns": len([r for r in rows if r["response"] is not None]),
@@ -545,7 +592,8 @@ def build_dialogue(variant: str, options: MultiturnOptions | None = None) -> Sta
     builder.add_node("judge", judge)
     post = [p for p in opts.post_hoc if not (p == "coherence" and spec["mode"] == "zero_shot")]
     for name in post:
-        builder.add_node(name, coherence if name == "coherence" else guardrail_node(cap))
+        builder.add_node(name, coherence if name == "coherence"
+                         else guardrail_node(cap, opts.guardrail_scorer))
     builder.add_node("finalize", finalize)
     after = post[0] if post else "finalize"
     builder.add_edge(START, first)
@@ -603,6 +651,8 @@ class Multiturn(Protocol):
                 raise UserError(f"[options] human_labels: file not found: "
                                 f"{options.human_labels}")
             mt_metrics.read_human_labels(options.human_labels)
+        if options.guardrail_scorer and "guardrail" in options.post_hoc:
+            _scorer(options.guardrail_scorer)  # loads before the run, or fails in one line
         check_fairmt(options)
         return seed_table(options)["seed_id"].tolist()
 
@@ -632,7 +682,7 @@ class Multiturn(Protocol):
         if "coherence" in options.post_hoc and spec["mode"] != "zero_shot":
             calls += 1
             tokens += 200 + per_turn_text * cap + options.coherence_max_tokens * 0.6
-        if "guardrail" in options.post_hoc:
+        if "guardrail" in options.post_hoc and not options.guardrail_scorer:
             calls += cap
             tokens += cap * (120 + per_turn_text + options.guardrail_max_tokens)
         return {"calls": calls, "tokens": tokens}

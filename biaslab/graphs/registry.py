@@ -30,7 +30,7 @@ from biaslab.graphs.units import ITEM_UNIT, AnalysisUnit, Measure
 
 __all__ = ["Protocol", "LLMNode", "ReportSection", "AnalysisUnit", "Measure", "NoOptions",
            "protocol", "get_protocol",
-           "list_protocols", "load_plugin", "protocol_origin", "check_origin", "ENTRY_POINT_GROUP", "step_budget"]
+           "list_protocols", "load_plugin", "load_callable", "protocol_origin", "check_origin", "ENTRY_POINT_GROUP", "step_budget"]
 
 ENTRY_POINT_GROUP = "biaslab.protocols"
 
@@ -246,6 +246,25 @@ def _from_reference(ref: str) -> type[Protocol]:
     if getattr(cls, "name", None) not in _PROTOCOLS:
         protocol(cls)
     return cls
+
+
+def load_callable(ref: str, what: str):
+    """A function named ``pkg.module:function`` or ``path/file.py:function`` (a scorer, a
+    classifier of your own). One line naming `what` when it cannot be loaded."""
+    target, colon, attr = ref.rpartition(":")
+    if not colon or not target or not attr:
+        raise UserError(f"{what}: '{ref}' must read module:function or file.py:function")
+    if target.endswith(".py"):
+        path = Path(target).resolve()
+        if not path.is_file():
+            raise UserError(f"{what}: file not found: {target}")
+        module = _load_file(str(path), _file_sha(path))
+    else:
+        module = _import_module(target)
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise UserError(f"{what}: '{ref}' names no function")
+    return fn
 
 
 def _entry_point(name: str) -> type[Protocol] | None:

@@ -20,16 +20,12 @@ import biaslab.graphs  # noqa: F401  (registers the synthetic models answered be
 from biaslab.agents.providers.scripted import resolve_scripted
 from biaslab.cli import main
 from biaslab.prompts.registry import PromptRegistry
-from support_http import FakeOpenAI
+from support_http import FakeOpenAI, loopback_only
 
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch, tmp_path):
-    monkeypatch.setenv("BIASLAB_CACHE", str(tmp_path / "shared-cache.sqlite"))
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
-                 "all_proxy", "OPENAI_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+def _loopback(monkeypatch):
+    loopback_only(monkeypatch)
 
 
 def answers_like(name: str):

@@ -18,19 +18,15 @@ import tomli_w
 
 from biaslab.cli import main
 from biaslab.traces.store import RunStore
-from support_http import FakeOpenAI
+from support_http import FakeOpenAI, loopback_only
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "experiments" / "examples"
 
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch, tmp_path):
-    monkeypatch.setenv("BIASLAB_CACHE", str(tmp_path / "shared-cache.sqlite"))
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
-                 "all_proxy", "OPENAI_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+def _loopback(monkeypatch):
+    loopback_only(monkeypatch)
 
 
 def cli(capsys, *args) -> tuple[int, str, str]:

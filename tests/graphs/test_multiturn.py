@@ -334,11 +334,20 @@ n_resamples = 300
         for a in ("h1", "h2", "h3"):
             flip = a == "h3" and r.turn == 2
             rows.append(f"{r.cell_id},{r.turn},{a},{'yes' if r.biased != flip else 'no'}")
+    rows += [f"no-such-cell,1,{a},yes" for a in ("h1", "h2")]  # a label this run cannot hold
     (out / "human_labels.csv").write_text("\n".join(rows) + "\n")
+    capsys.readouterr()
     assert main(["report", str(out)]) == 0
+    warning = [line for line in capsys.readouterr().err.splitlines() if "human labels" in line]
+    assert len(warning) == 1 and "2 of 38 human labels" in warning[0]
+    assert "no-such-cell turn 1" in warning[0]
     agreement = pd.read_csv(out / "tables" / "agreement.csv").set_index("comparison")
     assert agreement.loc["majority_vs_judge", "ac1"] == pytest.approx(1.0)
     assert agreement.loc["annotators", "ac1"] < 1
+    assert (agreement["labels_not_in_run"] == 2).all()
+    assert agreement.loc["annotators", "n_items"] == 12
+    low, high = agreement.loc["annotators", ["ac1_ci_low", "ac1_ci_high"]]
+    assert low <= agreement.loc["annotators", "ac1"] <= high and high > low
     capsys.readouterr()
     assert main(["replay", str(out), "--mode", "strict", "--out", str(tmp_path / "strict"),
                  "--quiet"]) == 0

@@ -45,16 +45,18 @@ from biaslab.datasets import bbq
 from biaslab.datasets.bbq import LESS_STUDIED, MORE_STUDIED, REGENERATED_LABEL, study_group
 from biaslab.evaluators.augmentation import (CONDITION_ORDER, bbq_metrics, condition_contrasts,
                                              decisive_rates, exposure_effects,
-                                             mean_decisive_rates, pass_rates,
+                                             mean_decisive_rates, pass_rate_effects,
+                                             pass_rates, source_dr,
                                              rule_rejections, step_pass_rates,
                                              validator_agreement)
+from biaslab.evaluators.exposure_effects import paired_condition_effects
 from biaslab.graphs.augmentation import VALIDATOR_LABELS, VALIDATORS, record_for
 from biaslab.experiments.reports.markdown import to_markdown
 from biaslab.prompts.exposure import condition_id
 
 __all__ = ["rows_frame", "scenarios_frame", "summary_frame", "write_report", "export_augmented",
            "export_bbq", "unique_generations", "table2", "table3", "category_rates",
-           "dr_figure", "AGGREGATE_PANEL"]
+           "dr_figure", "AGGREGATE_PANEL", "generation_frame", "compare_augmentation"]
 
 _CATEGORY_ORDER = [*MORE_STUDIED, *LESS_STUDIED]
 # Okabe-Ito, colour-blind safe: one colour per condition.
@@ -111,6 +113,36 @@ def unique_generations(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def summary_frame(store, finalized: list | None = None) -> pd.DataFrame:
     finalized = list(_finalized(store)) if finalized is None else finalized
     return pd.DataFrame([{**coords, **value["summary"]} for coords, value in finalized])
+
+
+def generation_frame(summary: pd.DataFrame, scenarios: pd.DataFrame) -> pd.DataFrame:
+    """One row per (exposure, generation, item, seed) with the counts `pass_rate_effects`
+    reads: ``requested``, ``reached`` (scenarios put to the validators), ``kept``,
+    ``rephrase_ok``.
+
+    ``generation`` names the models of the generation and validation nodes; target models
+    that share them (the generators are bound in ``[nodes.*]``) share one generation, which
+    is counted once, not once per target."""
+    columns = ["exposure", "generation", "item", "seed", "category", "requested", "reached",
+               "kept", "rephrase_ok"]
+    if summary.empty:
+        return pd.DataFrame(columns=columns)
+    frame = summary.copy()
+    models = frame["generators"] if "generators" in frame else pd.Series(None, frame.index)
+    frame["generation"] = [", ".join(sorted(set(m.values()))) if isinstance(m, dict) else own
+                           for m, own in zip(models, frame["model"])]
+    keys = ["exposure", "model", "seed", "item"]
+    if scenarios.empty:
+        frame["reached"] = 0
+    else:
+        put_to_validators = scenarios["stopped_at"].isna() | (scenarios["stopped_at"]
+                                                              == "validators")
+        reached = scenarios[put_to_validators].groupby(keys).size().rename("reached")
+        frame = frame.merge(reached.reset_index(), on=keys, how="left")
+        frame["reached"] = frame["reached"].fillna(0).astype(int)
+    frame = frame.rename(columns={"n_requested": "requested", "n_passed": "kept"})
+    frame["rephrase_ok"] = frame["rephrase_ok"].astype(int)
+    return frame.drop_duplicates(["exposure", "generation", "item", "seed"])[columns]
 
 
 def _label(category: str, origins: set[str]) -> str:
@@ -464,4 +496,71 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
     if not effects.empty:
         effects = effects.rename(columns={"diff": "diff (pp)"})
         put("exposure_effects", effects.round(2))
+    generation = generation_frame(summary, scenarios)
+    if (generation["exposure"] != "none").any():
+        put("pass_rate_effects", pass_rate_effects(generation, by=["generation"],
+                                                   n_resamples=n).round(2),
+            cells="Cells: per-source pass rate of each exposed arm minus the clean arm's, "
+            "in percentage points [95% paired bootstrap CI over source examples].")
     return written
+
+
+def compare_augmentation(source, counterfactual, out_dir: str | Path, options) -> list[Path]:
+    """A counterfactual against its source in this protocol's own measures.
+
+    ``compare_rates.csv``: per model × exposure arm × condition, DR% and AR% in both runs
+    over the sources scored in both (a source's rate over its responses there), the change
+    (counterfactual − source, pp) with a paired bootstrap CI over sources, and how many
+    sources each run scored (``n_sources_source``, ``n_sources_counterfactual``: a
+    validator change moves the augmented conditions' coverage). ``compare_pass.csv``: the
+    generation chain's pass rates (`pass_rate_effects`: kept, validator pass, rephrase) per
+    exposure arm, counterfactual against source.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    n = options.n_resamples
+    keys = ["exposure", "model", "seed", "condition"]
+    per_run = []
+    for name, store in (("source", source), ("counterfactual", counterfactual)):
+        rows = rows_frame(store)
+        if not rows.empty:
+            per_run.append(source_dr(rows, keys).assign(run=name))
+    columns = ["model", "exposure", "condition", "n_pairs", "n_sources_source",
+               "n_sources_counterfactual", "DR%_source", "DR%_counterfactual", "DR diff (pp)",
+               "DR_ci_low", "DR_ci_high", "AR%_source", "AR%_counterfactual", "AR diff (pp)",
+               "AR_ci_low", "AR_ci_high"]
+    table = pd.DataFrame(columns=columns)
+    if len(per_run) == 2:
+        both = pd.concat(per_run, ignore_index=True)
+        covered = both.groupby(["run", "model", "exposure", "condition"])["item"].nunique()
+        effects = paired_condition_effects(both, value="dr_pct", pair_on=["item", "seed"],
+                                           condition="run", by=["model", "exposure",
+                                                                "condition"],
+                                           clean="source", n_resamples=n)
+        records = []
+        for _, e in effects.iterrows():
+            at = (e["model"], e["exposure"], e["condition"])
+            records.append({
+                "model": at[0], "exposure": at[1], "condition": at[2],
+                "n_pairs": int(e["n_pairs"]),
+                "n_sources_source": int(covered.get(("source", *at), 0)),
+                "n_sources_counterfactual": int(covered.get(("counterfactual", *at), 0)),
+                "DR%_source": e["clean_mean"], "DR%_counterfactual": e["exposed_mean"],
+                "DR diff (pp)": e["diff"], "DR_ci_low": e["ci_low"], "DR_ci_high": e["ci_high"],
+                "AR%_source": 100 - e["clean_mean"],
+                "AR%_counterfactual": 100 - e["exposed_mean"], "AR diff (pp)": -e["diff"],
+                "AR_ci_low": -e["ci_high"], "AR_ci_high": -e["ci_low"]})
+        table = pd.DataFrame(records, columns=columns)
+        rank = {c: i for i, c in enumerate(CONDITION_ORDER)}
+        table = table.sort_values(["model", "exposure", "condition"], key=lambda s: s.map(
+            rank) if s.name == "condition" else s).reset_index(drop=True)
+    rates_path = out / "compare_rates.csv"
+    table.round(2).to_csv(rates_path, index=False)
+    frames = [generation_frame(summary_frame(store), scenarios_frame(store)).assign(run=name)
+              for name, store in (("source", source), ("counterfactual", counterfactual))]
+    generation = pd.concat(frames, ignore_index=True)
+    passes = pass_rate_effects(generation, arm="run", reference="source",
+                               by=["exposure", "generation"], n_resamples=n)
+    pass_path = out / "compare_pass.csv"
+    passes.round(2).to_csv(pass_path, index=False)
+    return [rates_path, pass_path]

@@ -18,7 +18,9 @@ It needs nothing but the run store:
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -94,8 +96,6 @@ def with_condition(cells: pd.DataFrame) -> pd.DataFrame:
 MAX_FIELD_COLUMNS = 50
 """An output field whose nested dicts would spread over more columns than this (a dict keyed by
 item id, say: one column per id) is written as one column of JSON text instead."""
-OUTPUT_CHUNK_ROWS = 2000
-"""Rows of ``outputs.csv`` built and written at a time (a paper-size run has ~100k)."""
 
 
 def _output_rows(store: RunStore, wide: frozenset[str] = frozenset()
@@ -156,31 +156,29 @@ def outputs_table(store: RunStore) -> pd.DataFrame:
     return pd.DataFrame(list(_output_rows(store, wide)), columns=columns or None)
 
 
+def _csv_value(value: Any) -> Any:
+    """One cell of ``outputs.csv``, formatted by its own type (never by its chunk's column
+    dtype, which would print the same number as 1 in one chunk and 1.0 in the next)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return value
+
+
 def write_outputs_csv(store: RunStore, path: str | Path) -> Path:
-    """`outputs_table` written to `path` `OUTPUT_CHUNK_ROWS` rows at a time (two passes over
-    the outputs: the columns, then the rows), so memory stays flat in the size of the run."""
+    """`outputs_table` written to `path` one row at a time (two passes over the outputs: the
+    columns, then the rows), so memory stays flat in the size of the run."""
     columns, wide = _output_columns(store)
     path = Path(path)
     if not columns:
         pd.DataFrame().to_csv(path, index=False)
         return path
-    chunk: list[dict[str, Any]] = []
-    first = True
-
-    def flush() -> None:
-        nonlocal first
-        pd.DataFrame(chunk, columns=columns).to_csv(path, mode="w" if first else "a",
-                                                    header=first, index=False,
-                                                    float_format="%.6g")
-        first = False
-        chunk.clear()
-
-    for row in _output_rows(store, wide):
-        chunk.append(row)
-        if len(chunk) >= OUTPUT_CHUNK_ROWS:
-            flush()
-    if chunk or first:
-        flush()
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(columns)
+        for row in _output_rows(store, wide):
+            writer.writerow([_csv_value(row.get(name)) for name in columns])
     return path
 
 

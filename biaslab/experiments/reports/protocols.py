@@ -26,7 +26,9 @@ _BUILT_IN: dict[str, tuple[str, str, str | None, str | None]] = {
     "multiturn": ("multiturn", "write_report", "headline", None),
     "augmentation": ("augmentation", "write_report", None, None),
 }
-_COMPARE: dict[str, tuple[str, str]] = {"amplification": ("compare", "compare_amplification")}
+_COMPARE: dict[str, tuple[str, str]] = {"amplification": ("compare", "compare_amplification"),
+                                        "augmentation": ("augmentation",
+                                                         "compare_augmentation")}
 # protocol name → {export format → (module, function(store, out_dir, options) -> paths)}
 _EXPORTS: dict[str, dict[str, tuple[str, str]]] = {
     "augmentation": {"bbq": ("augmentation", "export_bbq")}}

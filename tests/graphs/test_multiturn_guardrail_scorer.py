@@ -1,0 +1,72 @@
+"""A guardrail of your own (issue 18, item 9): `guardrail_scorer = "file.py:function"` scores
+every query and reply instead of the LLM guardrail node; the guardrail and harmfulness tables
+name what scored them. Through the CLI, on the scripted `reemerge` agents (biased replies at
+turns 1 and 4 of a susceptible dialogue, and only there)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import tomli_w
+
+from biaslab.cli import main
+from biaslab.graphs import multiturn_synthetic as syn
+from biaslab.traces.store import RunStore
+
+SCORER = f'''
+def p_violation(text):
+    return 0.9 if {syn.BIASED_MARKER!r} in text else 0.05
+'''
+
+
+def _spec(tmp_path, **options):
+    path = tmp_path / "mt.toml"
+    path.write_text(tomli_w.dumps({
+        "name": "mt", "protocol": "multiturn", "models": ["scripted:multiturn-reemerge"],
+        "run": {"seeds": [42], "retry_base_s": 0.0},
+        "conditions": {"template": "multiturn/exposure", "targets": []},
+        "options": {"categories": ["age", "gender", "race"], "seeds_per_category": 3,
+                    "framings": ["implicit"], "turn_caps": [5], "baselines": [],
+                    "post_hoc": ["guardrail"], "n_resamples": 200, **options}}))
+    return path
+
+
+def test_a_classifier_of_your_own_scores_the_guardrail_and_the_tables_name_it(tmp_path):
+    (tmp_path / "scorer.py").write_text(SCORER)
+    run = tmp_path / "run"
+    assert main(["run", str(_spec(tmp_path, guardrail_scorer="scorer.py:p_violation")),
+                 "--out", str(run), "--quiet"]) == 0
+    calls = RunStore(run, readonly=True).calls()
+    assert "guardrail" not in set(calls["node"])  # no LLM was asked for a risk
+    ref = f"callable:{(tmp_path / 'scorer.py').resolve()}:p_violation"
+    guard = pd.read_csv(run / "tables" / "guardrail.csv")
+    assert set(guard["scored_by"]) == {ref}
+    harm = pd.read_csv(run / "tables" / "harmfulness.csv").iloc[0]
+    assert harm["scored_by"] == ref
+    # By hand: a susceptible dialogue has biased replies at turns 1 and 4 (risk 0.9), the
+    # others 0.05; an unsusceptible one is 0.05 throughout.
+    turns = pd.read_csv(run / "tables" / "turns.csv")
+    first = turns[turns["turn"] == 1].set_index("cell_id")["query"]
+    hit = np.array([syn.susceptible(q) for q in first])
+    assert 0 < hit.sum() < len(hit)
+    assert harm["harmful_dialogue"] == pytest.approx(hit.mean())
+    assert harm["harmful_dialogue_n"] == len(hit) == 9
+    assert harm["harmful_reply"] == pytest.approx(hit.mean() * 2 / 5)
+    per_dialogue = np.where(hit, (2 * 0.9 + 3 * 0.05) / 5, 0.05)
+    assert harm["response_risk"] == pytest.approx(per_dialogue.mean())
+
+
+def test_the_llm_guardrail_is_named_and_a_bad_scorer_is_one_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["run", str(_spec(tmp_path)), "--out", str(run), "--quiet"]) == 0
+    assert set(pd.read_csv(run / "tables" / "guardrail.csv")["scored_by"]) == {
+        "llm:scripted:multiturn-reemerge"}
+    (tmp_path / "scorer.py").write_text(SCORER)
+    capsys.readouterr()
+    for ref, says in (("scorer.py:nothing", "names no function"),
+                      ("missing.py:f", "file not found"), ("no_colon", "module:function")):
+        out = tmp_path / f"bad-{ref.replace(':', '-')}"
+        code = main(["run", str(_spec(tmp_path, guardrail_scorer=ref)), "--out", str(out),
+                     "--quiet"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and says in err, err
+        assert not out.exists()
