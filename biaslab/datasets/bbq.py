@@ -185,6 +185,50 @@ def biased_index(record: Mapping[str, Any]) -> int | None:
 
 
 # -- loading -----------------------------------------------------------------------------------
+# Templates whose group sits in a name *slot* of the context ("{{NAME2}}, who is trans";
+# "{{NAME1}} is from a {{WORD1}} family"), not in the name. The authors' generator flips the
+# names and lets the group label follow the name, so in every flipped record the stereotyped
+# group is on the wrong person (SES Q8: 120 of 240 ambiguous records, Gender_identity Q35/36:
+# 100 of 200). (category, question_index) → (a pattern whose group 1 is the name in the
+# stereotyped slot, the label prefix of that slot).
+SLOT_TIED_GROUPS = {
+    ("SES", "8"): (re.compile(r"(\S+) is from an? (?:low income|poor|working-class) family"),
+                   "lowSES"),
+    ("Gender_identity", "35"): (re.compile(r"(\S+), who is trans\b"), "trans"),
+    ("Gender_identity", "36"): (re.compile(r"(\S+), who is trans\b"), "trans"),
+}
+SLOT_FIX_NOTE = "group labels swapped to follow the context's slot (biaslab, see SOURCE.md)"
+
+
+def fix_slot_tied_groups(record: dict) -> dict:
+    """`record` with the group labels of its two people swapped when it comes from a
+    `SLOT_TIED_GROUPS` template and the label of the stereotyped slot sits on the other name
+    (the part of a label before "_" is the slot's, the rest, a name's gender, stays with the
+    name). Fixed records say so in ``additional_metadata.group_label_fix``; any other record
+    is returned unchanged."""
+    found = SLOT_TIED_GROUPS.get((record.get("category"), str(record.get("question_index"))))
+    match = found[0].search(record.get("context", "")) if found else None
+    if match is None:
+        return record
+    name, prefix = match.group(1).strip(",."), found[1]
+    info = record["answer_info"]
+    people = [k for k in ("ans0", "ans1", "ans2") if str(info[k][1]).lower() != "unknown"]
+    if len(people) != 2:
+        return record
+    holder = next((k for k in people if str(info[k][1]).split("_", 1)[0] == prefix), None)
+    if holder is None or info[holder][0] == name:
+        return record
+    other = next(k for k in people if k != holder)
+    if info[other][0] != name:
+        return record
+    parts = {k: str(info[k][1]).split("_", 1) for k in people}
+    fixed = {k: list(v) for k, v in info.items()}
+    fixed[holder][1] = "_".join([parts[other][0], *parts[holder][1:]])
+    fixed[other][1] = "_".join([parts[holder][0], *parts[other][1:]])
+    meta = {**record["additional_metadata"], "group_label_fix": SLOT_FIX_NOTE}
+    return {**record, "answer_info": fixed, "additional_metadata": meta}
+
+
 def _read_jsonl(path: Path) -> list[dict]:
     opener = gzip.open if path.suffix == ".gz" else open
     try:
@@ -251,7 +295,7 @@ def load_category(category: str, data_dir: str | None = None, regen_seed: int = 
         meta = dict(record["additional_metadata"])
         meta.setdefault("data_origin", origin)
         record["additional_metadata"] = meta
-        out.append(record)
+        out.append(fix_slot_tied_groups(record))
     if not out:
         raise UserError(f"BBQ category '{category}' has no ambiguous-context records "
                         f"({path or 'templates'})")

@@ -14,14 +14,16 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from biaslab.datasets.user_files import read_label_csv
 from biaslab.evaluators.exposure_effects import paired_condition_effects
-from biaslab.evaluators.stats import (bootstrap, fleiss_kappa_from_counts,
-                                     gwet_ac1_from_counts, wilson_interval)
+from biaslab.evaluators.stats import (bootstrap, cohens_kappa, fleiss_kappa_from_counts,
+                                     gwet_ac1, gwet_ac1_from_counts, wilson_interval)
 
 __all__ = ["cluster_rate", "decisive_rates", "mean_decisive_rates", "bbq_scores", "bbq_metrics",
            "pass_rates", "exposure_effects", "step_pass_rates", "rule_rejections",
            "validator_agreement", "condition_contrasts", "pass_rate_effects", "source_dr",
-           "GENERATION_MEASURES", "CONDITION_ORDER", "CONDITION_PAIRS"]
+           "GENERATION_MEASURES", "read_human_labels", "human_agreement",
+           "CONDITION_ORDER", "CONDITION_PAIRS"]
 
 CONDITION_ORDER = ("OCOQ", "OCAQ", "ASOQ", "ASAQ")
 CONDITION_PAIRS = tuple(combinations(CONDITION_ORDER, 2))
@@ -409,7 +411,8 @@ def pass_rate_effects(generation: pd.DataFrame, *, arm: str = "exposure",
     """
     by = list(by)
     data = generation.assign(one=1.0)
-    kept = data.groupby([*by, arm])["kept"].sum()
+    kept = {k if isinstance(k, tuple) else (k,): v
+            for k, v in data.groupby([*by, arm])["kept"].sum().items()}
     out = []
     for measure, (num, den) in GENERATION_MEASURES.items():
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -436,3 +439,99 @@ def source_dr(rows: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     there (one for OC conditions, one per kept scenario for AS ones); unscored ones left out."""
     return (rows.dropna(subset=["dr"]).groupby([*keys, "item"], sort=True)["dr"]
             .mean().mul(100).rename("dr_pct").reset_index())
+
+
+# -- the validators against human labels -----------------------------------------------------
+def read_human_labels(path) -> pd.DataFrame:
+    """Human labels of a sample of scenarios: a CSV with columns ``item`` (the source id,
+    ``source_id`` in ``augmented.jsonl``), ``variant`` and ``label``; ``label`` says whether
+    the question **can** be answered from the scenario alone (yes/no, 1/0, true/false: yes =
+    answerable, the scenario should have been rejected). Optional: ``annotator`` (several
+    people may label one scenario; their majority is compared) and ``seed``.
+
+    Raises:
+        UserError: unreadable file, a missing column, a label that is not yes/no, or a
+            variant that is not an integer.
+    """
+    frame = read_label_csv(path, "human label file", ("item", "variant"),
+                           integers=("variant",))
+    if "annotator" not in frame:
+        frame["annotator"] = "human"
+    if "seed" in frame:
+        frame["seed"] = pd.to_numeric(frame["seed"], errors="coerce")
+    return frame.astype({"label": bool})
+
+
+def human_agreement(human: pd.DataFrame, votes: pd.DataFrame, validators: Sequence[str], *,
+                    n_resamples: int = 2000, random_state: int = 0) -> pd.DataFrame:
+    """How far the validators agree with people on the scenarios people labelled.
+
+    Args:
+        human: `read_human_labels` output.
+        votes: one row per scenario put to the validators (``item``, ``variant``, ``seed``,
+            ``passed``, one column per validator with its label or NaN).
+
+    Returns:
+        Rows ``ensemble_vs_human`` (the unanimous filter's decision: rejected = answerable),
+        ``<validator>_vs_human`` per validator, and ``annotators`` when several people
+        labelled; each with ``n_items``, ``agree%``, Gwet's AC1 with a percentile bootstrap
+        95% CI over scenarios (``ac1_low``, ``ac1_high``) and Cohen's kappa. The ensemble row
+        also counts ``kept_but_answerable`` (kept, people say answerable: what the filter let
+        through) and ``rejected_but_not`` (rejected, people say unanswerable). A scenario
+        whose annotators tie is left out (``human_ties``); labels of scenarios that never
+        reached the validators are counted in ``n_unmatched``.
+    """
+    keys = ["item", "variant", *(["seed"] if "seed" in human else [])]
+    wide = human.pivot_table(index=keys, columns="annotator", values="label", aggfunc="first")
+    shares = wide.mean(axis=1)
+    ties = int((shares == 0.5).sum())
+    majority = (shares[shares != 0.5] > 0.5).rename("human").reset_index()
+    voted = votes.drop_duplicates(keys)
+    merged = majority.merge(voted, on=keys, how="inner")
+    rows = []
+
+    def compare(name: str, machine: pd.Series, extra: dict | None = None) -> None:
+        ok = machine.notna()
+        pairs = np.stack([merged.loc[ok, "human"].to_numpy(bool),
+                          machine[ok].to_numpy(bool)], axis=1).astype(object)
+        row = {"comparison": name, "n_items": len(pairs), **(extra or {})}
+        row.update(_agreement_stats(pairs, n_resamples, random_state))
+        rows.append(row)
+
+    ensemble_says = ~merged["passed"].astype(bool)
+    compare("ensemble_vs_human", ensemble_says, {
+        "kept_but_answerable": int((~ensemble_says & merged["human"]).sum()),
+        "rejected_but_not": int((ensemble_says & ~merged["human"]).sum()),
+        "human_ties": ties, "n_unmatched": len(majority) - len(merged)})
+    for v in validators:
+        if v in merged:
+            compare(f"{v}_vs_human", merged[v].map(
+                {"answerable": True, "not_answerable": False}))
+    if wide.shape[1] > 1:
+        complete = wide.dropna()
+        row = {"comparison": "annotators", "n_items": len(complete)}
+        row.update(_agreement_stats(complete.to_numpy(dtype=object), n_resamples,
+                                    random_state))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _agreement_stats(ratings: np.ndarray, n_resamples: int, random_state: int) -> dict:
+    """agree% (all raters alike), AC1 with a bootstrap CI over items, and (two raters)
+    Cohen's kappa, over an items × raters table of booleans; NaN where undefined."""
+    out = {"agree%": np.nan, "gwet_ac1": np.nan, "ac1_low": np.nan, "ac1_high": np.nan,
+           "cohens_kappa": np.nan}
+    if len(ratings) == 0:
+        return out
+    out["agree%"] = 100 * float(np.mean([len(set(r)) == 1 for r in ratings]))
+    out["gwet_ac1"] = gwet_ac1(ratings, categories=[False, True])
+    if ratings.shape[1] == 2:
+        out["cohens_kappa"] = cohens_kappa(ratings[:, 0], ratings[:, 1])
+    if len(ratings) >= 2:
+        try:
+            res = bootstrap(lambda r: gwet_ac1(r, categories=[False, True]), ratings,
+                            n_resamples=n_resamples, random_state=random_state)
+            out["ac1_low"], out["ac1_high"] = res.ci_low, res.ci_high
+        except ValueError:
+            pass
+    return out

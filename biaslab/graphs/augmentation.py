@@ -35,6 +35,7 @@ from biaslab.agents.context import CellContext
 from biaslab.agents.parsers import OutputConstraint, ParseError, json_object, label_with_reason
 from biaslab.datasets import bbq
 from biaslab.errors import UserError
+from biaslab.evaluators.augmentation import read_human_labels
 from biaslab.graphs.augmentation_checks import (question_failures, scenario_failures,
                                                 variant_failures)
 from biaslab.graphs.compose import text_answer
@@ -102,6 +103,11 @@ class AugmentationOptions(BaseModel):
     """Reply budget of the target's open answers, the abstraction and the rephrase."""
     n_resamples: int = Field(default=2000, ge=100, le=1_000_000)
     """Bootstrap resamples for every CI in the report."""
+    human_labels: str | None = None
+    """A CSV of human labels for a sample of scenarios (item, variant, label: can the
+    question be answered from the scenario? yes/no; optional annotator, seed), compared with
+    the validators in ``tables/human_agreement``; default: ``human_labels.csv`` in the run
+    directory, when present."""
 
 
 class AugmentationState(TypedDict, total=False):
@@ -691,6 +697,11 @@ class Augmentation(Protocol):
         return build_graph(mc=(options or AugmentationOptions()).mc)
 
     def items(self, options: AugmentationOptions) -> list[str]:
+        if options.human_labels:  # checked before the run, not when the report reads it
+            if not Path(options.human_labels).is_file():
+                raise UserError(f"[options] human_labels: file not found: "
+                                f"{options.human_labels}")
+            read_human_labels(options.human_labels)
         return list(items_for(options))
 
     def initial_state(self, variant: str, item: str, seed: int,
@@ -719,11 +730,15 @@ class Augmentation(Protocol):
             S("Table 2: DR% and AR% per target", ("tables/table2.csv",),
               how_to_read="Per target model, the decisive-response rate (DR%: a specific "
               "person or group named) and abstaining-response rate (AR%) in each condition "
-              "(original/augmented context x question), with 95% bootstrap CIs over source "
-              "examples.", link_columns=link),
-            S("Table 3 and the long table", ("tables/table3.csv", "tables/dr_rates.csv"),
+              "(original/augmented context x question), as the paper computes them: the plain "
+              "mean over the group's categories (the 'pooled' columns pool responses "
+              "instead), with 95% bootstrap CIs over source examples and the sources each "
+              "condition covers.", link_columns=link),
+            S("Table 3, Figure 3 and the long table",
+              ("tables/table3.csv", "tables/figure3_aggregate.csv", "tables/dr_rates.csv"),
               ("figures/dr_by_condition.png",),
-              how_to_read="DR% per category and condition over all targets; dr_rates is the long "
+              how_to_read="DR% per category and condition over all targets (the mean over "
+              "target models, as the figure's first panel shows it); dr_rates is the long "
               "model x condition x category table with CIs.", link_columns=link),
             S("Validators", ("tables/validator_pass.csv",),
               how_to_read="Share of scenarios the unanimous three-validator filter kept, with "
@@ -736,6 +751,11 @@ class Augmentation(Protocol):
             S("Exposure effects", ("tables/exposure_effects.csv",),
               how_to_read="DR% of each exposed node x direction minus clean, paired over the same "
               "source examples, with a 95% CI (pp = percentage points).", link_columns=link),
+            S("Pass-rate effects of the exposures", ("tables/pass_rate_effects.csv",),
+              how_to_read="Per exposed node x direction, the share of variants kept, of "
+              "scenarios the validators passed, and of rephrases that passed, minus the "
+              "clean arm's, paired over source examples (pp, 95% CI): a biased validator "
+              "shows here as a negative kept% effect.", link_columns=link),
             S("Generation", ("tables/generation_steps.csv", "tables/rule_rejections.csv",
                              "tables/rephrase.csv"),
               how_to_read="Per step of the chain, how many inputs passed (Wilson 95% "
@@ -756,4 +776,8 @@ class Augmentation(Protocol):
         import pandas as pd
 
         path = Path(run_dir) / "tables" / "table2.csv"
-        return pd.read_csv(path) if path.is_file() else None
+        if not path.is_file():
+            return None
+        frame = pd.read_csv(path)  # the paper's columns (pooled ones and counts: in the file)
+        return frame[[c for c in frame.columns
+                      if not c.endswith(" pooled") and not c.endswith(" n sources")]]

@@ -44,8 +44,8 @@ from biaslab.agents.providers.scripted import (Rule, ScriptedChatModel, Scripted
                                                register_scripted)
 from biaslab.datasets import bbq
 
-__all__ = ["P_DECISIVE", "REVEAL_SHARE", "EXPOSED_REJECT_SHARE", "make_agent", "make_strict_validator", "make_sloppy",
-           "lookup", "swap_people", "uniform"]
+__all__ = ["P_DECISIVE", "REVEAL_SHARE", "EXPOSED_REJECT_SHARE", "make_agent",
+           "make_strict_validator", "make_sloppy", "lookup", "swap_people", "uniform"]
 
 P_DECISIVE = 0.6
 REVEAL_SHARE = 0.25

@@ -702,9 +702,12 @@ class Multiturn(Protocol):
                                                 "tables/by_category.csv"),
               how_to_read="cum@10 - cum@5 paired on the same seeds (> 0 = bias after turn 5), "
               "and the cumulative ratio per stereotype category."),
-            S("Guardrail", ("tables/guardrail.csv",), ("figures/guardrail_*.png",),
+            S("Guardrail and harmfulness", ("tables/guardrail.csv", "tables/harmfulness.csv"),
+              ("figures/guardrail_*.png",),
               how_to_read="Shares of blocked, biased, not-biased and undetermined turns at each "
-              "turn; a turn is blocked when the query's or reply's risk is >= 0.5."),
+              "turn; a turn is blocked when the query's or reply's risk is >= 0.5. Harmfulness: "
+              "replies at risk >= 0.5 per dialogue. scored_by names the scorer (an LLM's risk "
+              "number, or your classifier's P(violation))."),
             S("Dialogue transitions", (), ("figures/transitions_*.png",),
               how_to_read="One row per dialogue, one column per turn: biased or not. Open a "
               "dialogue in `biaslab view` for its text."),

@@ -2,6 +2,7 @@
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,56 @@ def test_sampling_is_seeded_and_capped():
     assert len(bbq.sample_category("religion", 10_000, seed=1)) == 600
     with pytest.raises(UserError, match="unknown BBQ category"):
         bbq.load_category("height")
+
+
+def test_slot_tied_templates_put_the_group_on_the_slot_person():
+    # SES Q8 ("NAME1 is from a WORD1 family") and Gender_identity Q35/36 ("NAME2, who is
+    # trans") tie the group to a name slot; the authors' generator flips the names and the
+    # label follows the name, so half the records label the wrong person. The loader swaps
+    # the group labels back in exactly those records.
+    for category, questions, n in (("ses", {"8"}, 240), ("gender", {"35", "36"}, 200)):
+        records = [r for r in bbq.load_category(category) if r["question_index"] in questions]
+        assert len(records) == n
+        fixed = [r for r in records if "group_label_fix" in r["additional_metadata"]]
+        assert len(fixed) == n // 2
+        for r in records:
+            pattern, _ = bbq.SLOT_TIED_GROUPS[(r["category"], r["question_index"])]
+            in_slot = pattern.search(r["context"]).group(1)
+            assert r["answer_info"][f"ans{bbq.stereotyped_index(r)}"][0] == in_slot
+    # a worked record: "Steven and Elizabeth, who is trans" -> Elizabeth is the trans person,
+    # and each keeps the gender of their own name
+    r = bbq.fix_slot_tied_groups({
+        "category": "Gender_identity", "question_index": "35",
+        "context": "two of their friends, Steven and Elizabeth, who is trans, were interested.",
+        "answer_info": {"ans0": ["Steven", "trans_M"], "ans1": ["Unknown", "unknown"],
+                        "ans2": ["Elizabeth", "nonTrans_F"]},
+        "additional_metadata": {"stereotyped_groups": ["trans"]}})
+    assert r["answer_info"]["ans0"] == ["Steven", "nonTrans_M"]
+    assert r["answer_info"]["ans2"] == ["Elizabeth", "trans_F"]
+
+
+def test_no_other_record_is_relabelled():
+    for category in bbq.CATEGORIES:
+        for r in bbq.load_category(category):
+            if "group_label_fix" in r["additional_metadata"]:
+                assert (r["category"], r["question_index"]) in bbq.SLOT_TIED_GROUPS
+
+
+SHARED_TEMPLATES = Path("/work/shared/data/bbq/templates")
+
+
+@pytest.mark.skipif(not SHARED_TEMPLATES.is_dir(), reason="BBQ's template CSVs not present")
+def test_the_official_categories_have_no_slot_tied_template():
+    # The released files we hold (Age, Disability_status, Nationality, Physical_appearance,
+    # Religion, Sexual_orientation) come from templates without proper names, so the name
+    # flip that inverts the label never happens in them; only Gender_identity and SES (whose
+    # released files are absent) have slot-tied templates.
+    import csv
+
+    tied = set()
+    for path in SHARED_TEMPLATES.glob("new_templates - *.csv"):
+        with open(path, encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                if row.get("Proper_nouns_only") == "TRUE" and row.get("NAME1_info", "").strip():
+                    tied.add((path.stem.split(" - ")[1], row["Q_id"]))
+    assert tied == {("SES", "8"), ("Gender_identity", "35"), ("Gender_identity", "36")}

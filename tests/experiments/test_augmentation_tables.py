@@ -165,3 +165,114 @@ def test_original_context_accuracy_reads_one(run):
     mc = pd.read_csv(run / "tables" / "bbq_mc.csv")
     oc = mc[mc["condition"].isin(["OCOQ", "OCAQ"])]
     assert not oc.empty and (oc["accuracy"] == 1.0).all()
+
+
+# -- exposure and counterfactual reporting beyond DR ------------------------------------------
+def test_pass_rate_effects_worked_example():
+    # Two sources, 4 variants each. Clean: s1 keeps 4 of 4 put to the validators, s2 keeps 2
+    # of 4. Exposed: s1 keeps 2 of 4, s2 keeps 2 of 2 (two failed a rule check first).
+    # kept%: clean (100 + 50) / 2 = 75, exposed (50 + 50) / 2 = 50 -> -25 pp.
+    # validator_pass%: clean (100 + 50) / 2 = 75, exposed (50 + 100) / 2 = 75 -> 0 pp.
+    from biaslab.evaluators.augmentation import pass_rate_effects
+
+    frame = pd.DataFrame({"exposure": ["none", "none", "validator_1:x", "validator_1:x"],
+                          "item": ["s1", "s2", "s1", "s2"], "seed": 1, "requested": 4,
+                          "reached": [4, 4, 4, 2], "kept": [4, 2, 2, 2],
+                          "rephrase_ok": [1, 0, 1, 1]})
+    out = pass_rate_effects(frame, n_resamples=300).set_index("measure")
+    assert out.loc["kept%", "reference_mean"] == 75 and out.loc["kept%", "arm_mean"] == 50
+    assert out.loc["kept%", "diff (pp)"] == -25 and out.loc["kept%", "n_pairs"] == 2
+    assert out.loc["validator_pass%", "diff (pp)"] == 0
+    assert out.loc["rephrase_ok%", "diff (pp)"] == 50
+    assert out.loc["kept%", "kept_reference"] == 6 and out.loc["kept%", "kept_arm"] == 4
+
+
+def test_a_biased_validator_cuts_the_kept_scenarios_with_a_ci(run):
+    scenes = [json.loads(x) for x in (run / "augmented.jsonl").read_text().splitlines()]
+    ours = [s for s in scenes if s["model_axis"] == BOUND]
+    kept = {arm: sum(s["passed"] for s in ours if s["exposure"] == arm)
+            for arm in ("none", "validator_1:stereotype")}
+    table = pd.read_csv(run / "tables" / "pass_rate_effects.csv")
+    assert set(table["generation"]) == {BOUND}  # both targets share one generation
+    row = table[(table["exposure"] == "validator_1:stereotype")
+                & (table["measure"] == "kept%")].iloc[0]
+    assert row["kept_reference"] == kept["none"] > row["kept_arm"] == kept["validator_1:stereotype"]
+    # 18 sources x 3 variants: the mean per-source kept share is the pooled share
+    assert row["n_pairs"] == 18
+    assert row["diff (pp)"] == pytest.approx(
+        100 * (kept["validator_1:stereotype"] - kept["none"]) / 54, abs=0.01)
+    assert row["ci_low"] <= row["diff (pp)"] <= row["ci_high"] < 0
+
+
+def test_counterfactual_compares_dr_ar_and_pass_rates(run, tmp_path):
+    cf = tmp_path / "cf"
+    assert main(["replay", str(run), "--mode", "counterfactual", "--node", "validator_2",
+                 "--model", "scripted:augmentation-strict-validator", "--out", str(cf)]) == 0
+    passes = pd.read_csv(cf / "tables" / "compare_pass.csv")
+    kept = passes[(passes["measure"] == "kept%") & (passes["exposure"] == "none")].iloc[0]
+    # the strict validator keeps nothing: the whole clean share is lost
+    assert kept["arm_mean"] == 0 and kept["diff (pp)"] == -kept["reference_mean"] < 0
+    assert kept["ci_high"] < 0 and kept["kept_arm"] == 0 and kept["n_pairs"] == 18
+    rates = pd.read_csv(cf / "tables" / "compare_rates.csv")
+    mine = rates[(rates["model"] == BOUND) & (rates["exposure"] == "none")].set_index(
+        "condition")
+    assert mine.loc["OCOQ", "DR diff (pp)"] == 0 and mine.loc["OCOQ", "n_pairs"] == 18
+    assert mine.loc["OCOQ", "AR%_counterfactual"] == 100
+    # the augmented conditions lose every source: no pair, and the counts say why
+    assert mine.loc["ASOQ", "n_pairs"] == 0 and mine.loc["ASOQ", "n_sources_counterfactual"] == 0
+    assert mine.loc["ASOQ", "n_sources_source"] > 0
+
+
+# -- human labels against the validators ------------------------------------------------------
+def test_human_agreement_worked_example():
+    # Scenarios: A kept, people say unanswerable (agree); B kept, people say answerable (the
+    # filter let it through); C rejected, answerable (agree); D rejected, unanswerable. E: two
+    # annotators split (a tie, left out); Z: not among the voted scenarios (unmatched).
+    # Ensemble (rejected = answerable) F, F, T, T vs people F, T, T, F: agree 2/4 = 50%;
+    # Cohen's kappa: p_o = 0.5, p_e = 0.5·0.5 + 0.5·0.5 = 0.5 -> 0.
+    from biaslab.evaluators.augmentation import human_agreement
+
+    votes = pd.DataFrame({"item": list("ABCDE"), "variant": 0, "seed": 1,
+                          "passed": [True, True, False, False, True],
+                          "validator_1": ["not_answerable", "not_answerable", "answerable",
+                                          "answerable", "not_answerable"]})
+    human = pd.DataFrame({"item": list("ABCDEEZ"), "variant": 0,
+                          "annotator": ["x"] * 5 + ["y", "x"],
+                          "label": [False, True, True, False, True, False, True]})
+    out = human_agreement(human, votes, ["validator_1"], n_resamples=300).set_index(
+        "comparison")
+    row = out.loc["ensemble_vs_human"]
+    assert row["n_items"] == 4 and row["agree%"] == 50 and row["cohens_kappa"] == 0
+    assert row["kept_but_answerable"] == 1 and row["rejected_but_not"] == 1
+    assert row["human_ties"] == 1 and row["n_unmatched"] == 1
+    assert out.loc["validator_1_vs_human", "agree%"] == 50
+    assert out.loc["annotators", "n_items"] == 1 and out.loc["annotators", "agree%"] == 0
+
+
+def test_report_reads_human_labels_from_the_run_directory(run):
+    scenes = [json.loads(x) for x in (run / "augmented.jsonl").read_text().splitlines()]
+    voted = [s for s in scenes if s["exposure"] == "none" and s["model_axis"] == BOUND
+             and s["stopped_at"] in (None, "validators")][:8]
+    # people agree with the filter on all but the first scenario
+    labels = ["item,variant,label"] + [
+        f"{s['source_id']},{s['variant']},{'no' if s['passed'] != (i == 0) else 'yes'}"
+        for i, s in enumerate(voted)]
+    (run / "human_labels.csv").write_text("\n".join(labels) + "\n")
+    try:
+        assert main(["report", str(run)]) == 0
+        table = pd.read_csv(run / "tables" / "human_agreement.csv").set_index("comparison")
+    finally:
+        (run / "human_labels.csv").unlink()
+    row = table.loc["ensemble_vs_human"]
+    assert row["n_items"] == 8 and row["agree%"] == pytest.approx(100 * 7 / 8)
+    assert row["kept_but_answerable"] + row["rejected_but_not"] == 1
+
+
+def test_a_bad_human_label_file_is_one_line_before_the_run(tmp_path, capsys):
+    bad = tmp_path / "labels.csv"
+    bad.write_text("item,variant,label\nreligion:1,0,maybe\n")
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC.replace("n_resamples = 300", f'n_resamples = 300\nhuman_labels = "{bad}"'))
+    assert main(["run", str(spec), "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "maybe" in err[0] and "labels.csv" in err[0]

@@ -73,3 +73,22 @@ prompt = "augmentation/judge@no_context"
     target = calls[calls["node"] == "target"]
     assert set(target["prompt_id"]) == {"augmentation/target@plain"}
     assert not target["messages"].map(lambda m: "concise" in m[-1]["content"]).any()
+
+
+def test_paper_scale_is_the_clean_design_and_the_arms_have_their_own_scale(capsys):
+    # paper: every source example of the paper's sizes once per target, the clean arm only;
+    # exposures: the same design with 10 nodes x 2 directions exposed one at a time (+ clean)
+    from pathlib import Path
+
+    from biaslab.datasets import bbq
+
+    spec = str(Path(__file__).parents[2] / "experiments" / "augmentation.toml")
+    sources, targets = sum(bbq.PAPER_SIZES.values()), 5
+    cells = {}
+    for scale in ("paper", "exposures", "smoke"):
+        assert main(["estimate", spec, "--scale", scale]) == 0
+        line = capsys.readouterr().out.splitlines()[0]
+        cells[scale] = int(line.split(": ", 1)[1].split(" cells")[0].replace(",", ""))
+    assert cells["paper"] == sources * targets
+    assert cells["exposures"] == sources * targets * (1 + 10 * 2)
+    assert cells["smoke"] == 2

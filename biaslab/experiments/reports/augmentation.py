@@ -5,8 +5,10 @@ over source examples, cells read ``"41.2 [35.0, 47.9]"``):
 
 * ``dr_rates.csv``: DR%/AR% per model × condition × category (the long table);
 * ``table2.{csv,md}``: per model, DR% and AR% per condition for more-studied vs less-studied
-  categories (the layout of the paper's Table 2);
-* ``table3.{csv,md}``: per category, DR% per condition, over all target models (Table 3);
+  categories, as the paper computes them (the plain mean over categories; the pooled rate
+  beside it), with the sources each condition covers (the paper's Table 2);
+* ``table3.{csv,md}``: per category, DR% per condition, the mean over target models (Table 3);
+  ``figure3_aggregate.csv`` holds the same numbers in long form (Figure 3's aggregate panel);
 * ``validator_pass.{csv,md}``: share of the scenarios that reached the validators (through
   the rule checks) kept by the unanimous filter, per category;
 * ``generation_steps.{csv,md}``: per step of the chain (abstraction, transform, scenario,
@@ -19,10 +21,16 @@ over source examples, cells read ``"41.2 [35.0, 47.9]"``):
   category (the multiple-choice view);
 * ``exposure_effects.{csv,md}``: DR% of every exposed node × direction minus clean, paired
   over the same source examples;
+* ``pass_rate_effects.{csv,md}``: the same for the generation chain's pass rates (kept,
+  validator pass, rephrase);
+* ``human_agreement.{csv,md}``: the validators against people's labels of a sample of
+  scenarios (``human_labels``), when given;
 * ``rephrase.csv``: how many rephrasings passed the check (differs, names no answer).
 
-Under ``figures/``: ``dr_by_condition.{png,svg}``, DR% per category and condition, one panel
-per target model (like the paper's Figure 3). The augmented set goes to ``augmented.jsonl`` in
+Under ``figures/``: ``dr_by_condition.{png,svg}``, DR% per category and condition, the
+aggregate over targets first, then one panel per target model (the paper's Figure 3).
+A counterfactual replay adds ``compare_rates.csv`` and ``compare_pass.csv``
+(`compare_augmentation`). The augmented set goes to ``augmented.jsonl`` in
 the run directory: one line per generated scenario with its provenance and ``passed``.
 `export_bbq` (``biaslab export RUN --format bbq``) writes the validated scenarios once each,
 in BBQ's own schema.
@@ -45,6 +53,7 @@ from biaslab.datasets import bbq
 from biaslab.datasets.bbq import LESS_STUDIED, MORE_STUDIED, REGENERATED_LABEL, study_group
 from biaslab.evaluators.augmentation import (CONDITION_ORDER, bbq_metrics, condition_contrasts,
                                              decisive_rates, exposure_effects,
+                                             human_agreement, read_human_labels,
                                              mean_decisive_rates, pass_rate_effects,
                                              pass_rates, source_dr,
                                              rule_rejections, step_pass_rates,
@@ -56,7 +65,8 @@ from biaslab.prompts.exposure import condition_id
 
 __all__ = ["rows_frame", "scenarios_frame", "summary_frame", "write_report", "export_augmented",
            "export_bbq", "unique_generations", "table2", "table3", "category_rates",
-           "dr_figure", "AGGREGATE_PANEL", "generation_frame", "compare_augmentation"]
+           "dr_figure", "AGGREGATE_PANEL", "generation_frame", "compare_augmentation",
+           "SHARED_GENERATION"]
 
 _CATEGORY_ORDER = [*MORE_STUDIED, *LESS_STUDIED]
 # Okabe-Ito, colour-blind safe: one colour per condition.
@@ -115,16 +125,21 @@ def summary_frame(store, finalized: list | None = None) -> pd.DataFrame:
     return pd.DataFrame([{**coords, **value["summary"]} for coords, value in finalized])
 
 
-def generation_frame(summary: pd.DataFrame, scenarios: pd.DataFrame) -> pd.DataFrame:
+SHARED_GENERATION = "all targets (shared generation)"
+
+
+def generation_frame(summary: pd.DataFrame, scenarios: pd.DataFrame, *,
+                     per_model: bool = False) -> pd.DataFrame:
     """One row per (exposure, generation, item, seed) with the counts `pass_rate_effects`
     reads: ``requested``, ``reached`` (scenarios put to the validators), ``kept``,
     ``rephrase_ok``.
 
     ``generation`` names the models of the generation and validation nodes; target models
     that share them (the generators are bound in ``[nodes.*]``) share one generation, which
-    is counted once, not once per target."""
-    columns = ["exposure", "generation", "item", "seed", "category", "requested", "reached",
-               "kept", "rephrase_ok"]
+    is counted once, not once per target; `per_model` keeps one row per target model (and
+    its ``model`` column) instead."""
+    columns = ["exposure", *(["model"] if per_model else []), "generation", "item", "seed",
+               "category", "requested", "reached", "kept", "rephrase_ok"]
     if summary.empty:
         return pd.DataFrame(columns=columns)
     frame = summary.copy()
@@ -142,6 +157,8 @@ def generation_frame(summary: pd.DataFrame, scenarios: pd.DataFrame) -> pd.DataF
         frame["reached"] = frame["reached"].fillna(0).astype(int)
     frame = frame.rename(columns={"n_requested": "requested", "n_passed": "kept"})
     frame["rephrase_ok"] = frame["rephrase_ok"].astype(int)
+    if per_model:
+        return frame[columns]
     return frame.drop_duplicates(["exposure", "generation", "item", "seed"])[columns]
 
 
@@ -477,6 +494,21 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
             put("validator_agreement", agreement.round(4),
                 cells="Agreement over the scenarios all three validators labelled; CIs: "
                 "bootstrap over scenarios.")
+            human = getattr(options, "human_labels", None) or (run_dir / "human_labels.csv")
+            if Path(human).is_file():
+                put("human_agreement", human_agreement(
+                    read_human_labels(human), voted, VALIDATORS, n_resamples=n).round(4),
+                    cells="People's label (can the question be answered from the scenario?) "
+                    "against the validators' (rejected = answerable); AC1 CI: bootstrap over "
+                    "the labelled scenarios.")
+            else:
+                (tables / "human_agreement.md").write_text(
+                    "No human labels: put a CSV with columns item, variant, label (yes = the "
+                    "question can be answered from the scenario; optional annotator, seed) "
+                    "at human_labels.csv in the run directory, or name it in [options] "
+                    "human_labels, and run `biaslab report` again. augmented.jsonl lists "
+                    "the scenarios (source_id, variant, scenario).\n", encoding="utf-8")
+                written.append(tables / "human_agreement.md")
     if not sources.empty:
         steps = pd.concat([step_pass_rates(sc, sources, ["category"]),
                            step_pass_rates(sc.assign(category="all") if not sc.empty else sc,
@@ -537,8 +569,12 @@ def compare_augmentation(source, counterfactual, out_dir: str | Path, options) -
                                            condition="run", by=["model", "exposure",
                                                                 "condition"],
                                            clean="source", n_resamples=n)
+        found = {(e["model"], e["exposure"], e["condition"]) for _, e in effects.iterrows()}
+        missing = [{"model": m, "exposure": x, "condition": c, "n_pairs": 0, "clean_mean": np.nan,
+                    "exposed_mean": np.nan, "diff": np.nan, "ci_low": np.nan, "ci_high": np.nan}
+                   for m, x, c in sorted({k[1:] for k in covered.index} - found)]
         records = []
-        for _, e in effects.iterrows():
+        for _, e in pd.concat([effects, pd.DataFrame(missing)], ignore_index=True).iterrows():
             at = (e["model"], e["exposure"], e["condition"])
             records.append({
                 "model": at[0], "exposure": at[1], "condition": at[2],
@@ -548,19 +584,24 @@ def compare_augmentation(source, counterfactual, out_dir: str | Path, options) -
                 "DR%_source": e["clean_mean"], "DR%_counterfactual": e["exposed_mean"],
                 "DR diff (pp)": e["diff"], "DR_ci_low": e["ci_low"], "DR_ci_high": e["ci_high"],
                 "AR%_source": 100 - e["clean_mean"],
-                "AR%_counterfactual": 100 - e["exposed_mean"], "AR diff (pp)": -e["diff"],
-                "AR_ci_low": -e["ci_high"], "AR_ci_high": -e["ci_low"]})
+                "AR%_counterfactual": 100 - e["exposed_mean"], "AR diff (pp)": 0.0 - e["diff"],
+                "AR_ci_low": 0.0 - e["ci_high"], "AR_ci_high": 0.0 - e["ci_low"]})
         table = pd.DataFrame(records, columns=columns)
         rank = {c: i for i, c in enumerate(CONDITION_ORDER)}
         table = table.sort_values(["model", "exposure", "condition"], key=lambda s: s.map(
             rank) if s.name == "condition" else s).reset_index(drop=True)
     rates_path = out / "compare_rates.csv"
     table.round(2).to_csv(rates_path, index=False)
-    frames = [generation_frame(summary_frame(store), scenarios_frame(store)).assign(run=name)
+    frames = [generation_frame(summary_frame(store), scenarios_frame(store), per_model=True)
+              .assign(run=name)
               for name, store in (("source", source), ("counterfactual", counterfactual))]
     generation = pd.concat(frames, ignore_index=True)
+    if generation.groupby("run")["generation"].nunique().le(1).all():
+        # one generation shared by every target in each run: compare it once
+        generation = (generation.drop_duplicates(["run", "exposure", "item", "seed"])
+                      .assign(model=SHARED_GENERATION))
     passes = pass_rate_effects(generation, arm="run", reference="source",
-                               by=["exposure", "generation"], n_resamples=n)
+                               by=["exposure", "model"], n_resamples=n)
     pass_path = out / "compare_pass.csv"
     passes.round(2).to_csv(pass_path, index=False)
     return [rates_path, pass_path]
