@@ -1,10 +1,19 @@
 """Seed stereotypes for the ``multiturn`` protocol, and a reader for FairMT-Bench scripts.
 
-The shipped seed set (``files/crows_pairs/seeds.csv``, CC BY-SA 4.0, see its SOURCE.md) holds one
-row per stereotypical CrowS-Pairs sentence in the six categories the protocol studies: a
-category, the group the sentence is about (the words that differ from its minimally edited
-twin) and the stereotype statement itself. `sample_seeds` draws a fixed number per category with
-a seed, so every run of a spec sees the same seeds.
+Two seed sets are shipped (CC BY-SA 4.0, derived from CrowS-Pairs; see
+files/crows_pairs/SOURCE.md):
+
+- ``clean_seeds.csv`` (the default, ``source="crows_pairs"``): 40 short stereotype statements per
+  category, each a clean group noun phrase plus an attribute ("elderly people" + "cannot send
+  an email"), hand-rewritten from one cited CrowS-Pairs sentence. They have the shape of the
+  seeds DyMT-ESB takes from FairMT-Bench (group + biased attribute), which the narrative
+  sentences do not.
+- ``seeds.csv`` (``source="crows_pairs_sentences"``): one row per stereotypical CrowS-Pairs
+  sentence of the six categories, its group being the words that differ from its minimally
+  edited twin (an automatic span, sometimes garbled), and the sentence itself as the stereotype.
+
+`sample_seeds` draws a fixed number per category with a seed, so every run of a spec sees the
+same seeds.
 
 FairMT-Bench has no licence, so it is never shipped: `load_fairmt` reads a copy the user
 provides, as the authors published it: a JSON list of dialogues, each an object mapping the
@@ -27,7 +36,8 @@ import pandas as pd
 from biaslab.datasets.user_files import read_user_csv
 from biaslab.errors import UserError
 
-__all__ = ["CATEGORIES", "CROWS_TO_CATEGORY", "SEED_COLUMNS", "FAIRMT_TASKS", "FairMTDialogue",
+__all__ = ["CATEGORIES", "CROWS_TO_CATEGORY", "SEED_COLUMNS", "CLEAN_SEED_COLUMNS",
+           "SEED_SOURCES", "FAIRMT_TASKS", "FairMTDialogue",
            "build_seed_set", "load_seeds", "sample_seeds", "load_fairmt", "fairmt_seeds",
            "fairmt_dialogue_of"]
 
@@ -39,6 +49,11 @@ CROWS_TO_CATEGORY = {"age": "age", "physical-appearance": "appearance",
 socioeconomic status and sexual orientation are left out: they are not among the six
 categories, and folding them into race or gender would change what those categories mean."""
 SEED_COLUMNS = ("seed_id", "category", "bias_type", "group", "stereotype")
+CLEAN_SEED_COLUMNS = ("seed_id", "category", "group", "attribute", "stereotype", "source_id")
+"""Columns of ``clean_seeds.csv``: `stereotype` is `group` + " " + `attribute`; `source_id` is
+the ``seeds.csv`` row (CrowS-Pairs sentence) it was rewritten from."""
+SEED_SOURCES = {"crows_pairs": "clean_seeds.csv", "crows_pairs_sentences": "seeds.csv"}
+"""The shipped seed sets by `load_seeds` source name, files under ``files/crows_pairs``."""
 FAIRMT_TASKS = ("Anaphora_Ellipsis", "Jailbreak_Tips", "Interference_Misinformation",
                 "Negative_Feedback", "Fixed_Format", "Scattered_Questions")
 _FAIRMT_CATEGORY = {"age": "age", "appearance": "appearance", "disable": "disability",
@@ -81,16 +96,22 @@ def build_seed_set(crows_csv: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(SEED_COLUMNS))
 
 
-def load_seeds(path: str | Path | None = None) -> pd.DataFrame:
-    """The shipped seed set, or a CSV of your own with the same columns.
+def load_seeds(path: str | Path | None = None, *, source: str = "crows_pairs") -> pd.DataFrame:
+    """A shipped seed set (`source`, a key of `SEED_SOURCES`; default the clean
+    (group, attribute) seeds), or a CSV of your own with the columns seed_id, category, group,
+    stereotype (`path`, which wins over `source`). Returns the `SEED_COLUMNS`.
 
     Raises:
         UserError: the file is missing, unreadable, lacks a column, or has an unknown category
-            or an empty stereotype.
+            or an empty stereotype; or `source` is unknown.
     """
     if path is None:
-        source = resources.files("biaslab.datasets") / "files" / "crows_pairs" / "seeds.csv"
-        with resources.as_file(source) as p:
+        if source not in SEED_SOURCES:
+            raise UserError(f"unknown seed source '{source}' (shipped: "
+                            f"{', '.join(SEED_SOURCES)})")
+        shipped = resources.files("biaslab.datasets") / "files" / "crows_pairs" \
+            / SEED_SOURCES[source]
+        with resources.as_file(shipped) as p:
             return _check_seeds(read_user_csv(p, "seed file"), str(p))
     return _check_seeds(read_user_csv(path, "seed file"), str(path))
 

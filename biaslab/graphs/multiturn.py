@@ -86,9 +86,12 @@ class MultiturnOptions(BaseModel):
     seeds_path: str | None = None
     """A CSV of your own seeds (seed_id, category, group, stereotype); it overrides
     `seed_source`."""
-    seed_source: Literal["crows_pairs", "fairmt"] | None = None
+    seed_source: Literal["crows_pairs", "crows_pairs_sentences", "fairmt"] | None = None
     """Where the seeds come from: ``fairmt`` derives (group, stereotype) from FairMT-Bench as
-    the paper does (`stereotypes.fairmt_seeds`); ``crows_pairs`` is the shipped substitute.
+    the paper does (`stereotypes.fairmt_seeds`); ``crows_pairs`` is the shipped substitute,
+    short (group, attribute) statements hand-rewritten from CrowS-Pairs sentences
+    (``clean_seeds.csv``); ``crows_pairs_sentences`` the CrowS-Pairs sentences themselves
+    (``seeds.csv``, the default before the clean set: narrative, with an automatic group span).
     Default: ``fairmt`` when `fairmt_path` is set, else ``crows_pairs``."""
     fairmt_seeds_path: str | None = None
     """The FairMT copy the seeds are derived from (default: `fairmt_path`). It must hold the
@@ -170,12 +173,13 @@ def parse_variant(variant: str) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=8)
-def _seed_table(seeds_path: str | None, fairmt_seeds_from: str | None, per_category: int,
-                categories: tuple[str, ...], sample_seed: int) -> pd.DataFrame:
+def _seed_table(seeds_path: str | None, fairmt_seeds_from: str | None, shipped: str,
+                per_category: int, categories: tuple[str, ...], sample_seed: int
+                ) -> pd.DataFrame:
     if seeds_path is None and fairmt_seeds_from is not None:
         seeds = stereotypes.fairmt_seeds(list(_fairmt(fairmt_seeds_from)))
     else:
-        seeds = stereotypes.load_seeds(seeds_path)
+        seeds = stereotypes.load_seeds(seeds_path, source=shipped)
     return stereotypes.sample_seeds(seeds, per_category=per_category, categories=categories,
                                     random_state=sample_seed).set_index("seed_id", drop=False)
 
@@ -188,6 +192,7 @@ def seed_table(options: MultiturnOptions) -> pd.DataFrame:
         raise UserError("[options] seed_source = \"fairmt\" needs fairmt_path or "
                         "fairmt_seeds_path (your FairMT-Bench copy)")
     return _seed_table(options.seeds_path, fairmt_from if source == "fairmt" else None,
+                       source if source in stereotypes.SEED_SOURCES else "crows_pairs",
                        options.seeds_per_category, tuple(options.categories),
                        options.sample_seed)
 
@@ -663,6 +668,14 @@ class Multiturn(Protocol):
             _fairmt(options.fairmt_path)  # a malformed copy fails before any model call
         return {"seed_id": item, "category": row["category"], "group": row["group"],
                 "stereotype": row["stereotype"], "turn": 0}
+
+    def power_contrasts(self, options: MultiturnOptions):
+        """Dialogues ever biased, exposed against clean on the same dialogue (per variant)."""
+        from biaslab.evaluators.power import PowerContrast
+
+        return [PowerContrast("exposed vs clean dialogues, ever biased (each variant)",
+                              "dialogue", "paired_binary", len(self.items(options)),
+                              measure="ever_biased")]
 
     def estimate(self, variant: str, item: str, options: MultiturnOptions) -> dict[str, float]:
         """Expected calls and tokens of one dialogue that runs to its cap (re-asks not
