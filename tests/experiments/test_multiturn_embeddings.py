@@ -53,7 +53,11 @@ def test_each_distinct_text_is_embedded_once_and_a_second_report_embeds_nothing(
     assert len(dynamic) + groups * len(static) > 3 * len(distinct)
     assert len(batches) == 1 and sorted(batches[0]) == sorted(distinct)
     diversity = (run / "tables" / "diversity.csv").read_bytes()
-    assert len(pd.read_csv(run / "tables" / "diversity.csv")) == groups
+    # every method has its own row: the 8 dynamic groups, and the static task on the clean arm
+    # (it has no user simulator to expose) for each of the 2 models
+    rows = pd.read_csv(run / "tables" / "diversity.csv")
+    assert len(rows) == groups + 2
+    assert sorted(rows.loc[rows["mode"] == "static", "framing"]) == ["fixed_format"] * 2
 
     batches.clear()
     assert main(["report", str(run)]) == 0

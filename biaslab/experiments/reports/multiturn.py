@@ -8,8 +8,8 @@ Tables (``tables/``, CSV and Markdown):
   dialogues (every table is per arm: exposed arms are never pooled with the clean one);
 - ``by_category``: cumulative ratio at the cap per variant × model × category;
 - ``guardrail``: per-turn shares of blocked / biased / not-biased / undetermined turns;
-- ``diversity``: Distinct-1/2, self-cosine, Vendi, Chamfer to the static scripts, per arm ×
-  model × framing;
+- ``diversity``: Distinct-1/2, self-cosine, Vendi, Chamfer to the other methods' static
+  scripts, for every method (dynamic framings, static tasks, zero-shot), per arm × model;
 - ``exposure_effects``: cumulative bias per exposed node × direction minus clean, paired on
   seed stereotype, model and seed;
 - ``agreement``: Gwet's AC1 among human annotators and human majority vs judge, when human
@@ -244,23 +244,25 @@ def harmfulness_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame
 
 
 def diversity_table(turns: pd.DataFrame, embedder=None) -> pd.DataFrame:
-    """Diversity of the simulated user's queries per arm × model × framing (an exposed user
-    simulator is another population), against the clean static scripts' queries.
+    """Diversity of the user turns of every method (dynamic framings, static tasks, zero-shot)
+    per arm × model (an exposed user simulator is another population), each against the clean
+    static scripts' queries of the *other* methods (a static task is never its own reference).
 
     `embedder` (default: a `mt.CachedEmbedder` in memory) is called once up front with every
     distinct text, so each is embedded once however many groups it falls in."""
     embedder = embedder or mt.CachedEmbedder()
     clean = turns[turns["condition"] == "none"]
-    reference = clean.loc[clean["mode"] == "static", "query"].dropna().unique().tolist()
-    dynamic = turns[turns["mode"] == "dynamic"]
-    texts = [q for q in dict.fromkeys([*dynamic["query"].dropna(), *reference]) if q]
+    static = clean[clean["mode"] == "static"].dropna(subset=["query"])
+    texts = [q for q in dict.fromkeys(turns["query"].dropna()) if q]
     if texts:
         embedder(texts)
     rows = []
-    for (condition, model, framing), part in dynamic.groupby(
-            ["condition", "model", "framing"], sort=True):
+    for (condition, model, mode, framing), part in turns.groupby(
+            ["condition", "model", "mode", "framing"], sort=True):
         queries = part.drop_duplicates(["seed_id", "seed", "turn", "query"])["query"].dropna()
-        rows.append({"condition": condition, "model": model, "framing": framing,
+        others = static[~((static["mode"] == mode) & (static["framing"] == framing))]
+        reference = others["query"].unique().tolist()
+        rows.append({"condition": condition, "model": model, "mode": mode, "framing": framing,
                      **mt.query_diversity(queries.tolist(), reference, embedder=embedder)})
     return pd.DataFrame(rows)
 
@@ -547,8 +549,9 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
         diversity = diversity_table(turns, mt.CachedEmbedder(embeddings))
     finally:
         embeddings.close()
-    put("diversity", diversity, "Over the dynamic user simulator's queries, per arm; "
-        "chamfer_to_reference is to the clean static scripts' queries; 'embedding' names the "
+    put("diversity", diversity, "Over every method's user turns (dynamic, static, zero-shot), "
+        "per arm; chamfer_to_reference is to the other methods' clean static scripts; "
+        "'embedding' names the "
         "sentence-embedding backend used (embeddings are kept in run.sqlite, table "
         "embeddings).")
     effects = exposure_table(dialogues, n, tuple(getattr(options, "turn_caps", (5, 10))))
