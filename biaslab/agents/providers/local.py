@@ -447,8 +447,10 @@ class LocalChatModel(BaseChatModel):
     """None: llama.cpp's own default sampling temperature (nothing sent)."""
     max_tokens: int = Field(default=256, gt=0)
     seed: int = 0
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=0, ge=0)  # 0 = disabled
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    """None: llama.cpp's default (like the temperature: the model's own sampling)."""
+    top_k: int | None = Field(default=None, ge=0)
+    """None: llama.cpp's default; 0 disables the cut (every token is a candidate: slow)."""
     deterministic: bool | None = None
 
     @property
@@ -502,12 +504,12 @@ class LocalChatModel(BaseChatModel):
             "messages": [_to_openai(m) for m in messages],
             "max_tokens": int(opts.get("max_tokens") or self.max_tokens),
             "seed": int(opts.get("seed", self.seed)),
-            "top_p": float(opts.get("top_p", self.top_p)),
-            "top_k": int(opts.get("top_k", self.top_k)),
         }
-        temperature = opts.get("temperature", self.temperature)
-        if temperature is not None:  # None: the server's default, with the call's seed
-            req["temperature"] = float(temperature)
+        # None: the server's own sampling defaults, with the call's seed (reproducible).
+        for name, cast in (("temperature", float), ("top_p", float), ("top_k", int)):
+            value = opts.get(name, getattr(self, name))
+            if value is not None:
+                req[name] = cast(value)
         stops = stop if stop is not None else opts.get("stop")
         if stops:
             req["stop"] = [stops] if isinstance(stops, str) else list(stops)
