@@ -93,6 +93,12 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
     exposure_prompts = [f"{t.ref}@{t.content_hash}" for t in exposure_templates]
     if exposures:
         messages = apply_exposures(messages, [(e.position, e.text(ctx.prompts)) for e in exposures])
+    # A mitigation is applied like an exposure, after it (a reminder answers the instruction
+    # it follows); a cell without one renders exactly as before.
+    mitigations = ctx.condition.mitigations_for(node)
+    if mitigations:
+        messages = apply_exposures(messages, [(m.position, m.text(ctx.prompts))
+                                              for m in mitigations])
     spec = model or ctx.bindings.model_for(node)
     # An unset temperature is the provider's own default: nothing is sent (the papers sample
     # at each model's default; 0 would make repeats and ensembles one answer).

@@ -20,10 +20,12 @@ from biaslab.agents.context import Bindings, CellContext, EarlierTurns
 from biaslab.agents.gateway import Gateway
 from biaslab.agents.providers import ModelSpec, parse_model
 from biaslab.errors import UserError
-from biaslab.experiments.spec import ConditionSettings, ExperimentSpec, NodeSettings
+from biaslab.experiments.spec import (ConditionSettings, ExperimentSpec, MitigationSettings,
+                                      NodeSettings)
 from biaslab.graphs.llm_nodes import LLMNode, turn_loops
 from biaslab.graphs.registry import Protocol, get_protocol, load_plugin, step_budget
-from biaslab.prompts.exposure import CLEAN, Condition, exposure_conditions
+from biaslab.prompts.exposure import (CLEAN, Condition, exposure_conditions, mitigation_arms,
+                                      with_mitigation)
 from biaslab.prompts.registry import PromptRegistry
 
 __all__ = ["Cell", "Plan", "make_plan"]
@@ -48,9 +50,12 @@ class Cell:
 
     @property
     def coords(self) -> dict[str, Any]:
-        return {"protocol": self.protocol, "variant": self.variant, "item": self.item,
-                "target": self.condition.target, "direction": self.condition.direction,
-                "model": self.model.label, "seed": self.seed}
+        coords = {"protocol": self.protocol, "variant": self.variant, "item": self.item,
+                  "target": self.condition.target, "direction": self.condition.direction,
+                  "model": self.model.label, "seed": self.seed}
+        if self.condition.mitigations:  # unmitigated cells keep the coordinates they had
+            coords["mitigation"] = self.condition.mitigation
+        return coords
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,8 @@ class Plan:
         spec["seeds"] = self.spec.run.seeds
         if spec.get("from_turn") is None:  # runs from before the field keep their fingerprint
             spec.pop("from_turn", None)
+        if not spec.get("mitigations"):  # likewise runs from before [mitigations]
+            spec.pop("mitigations", None)
         prompts = {f"{variant}.{node.name}": self.prompts.get(
             self.node_prompts.get(node.name, node.prompt)).content_hash
             for variant, nodes in self.llm_nodes.items() for node in nodes}
@@ -137,6 +144,10 @@ class Plan:
         payload = {"spec": spec, "models": [m.public() for m in self.all_model_specs()],
                    "options": self.options.model_dump(), "prompts": prompts,
                    "exposure": self.prompts.get(self.exposure_template).content_hash}
+        if self.spec.mitigations:
+            payload["mitigations"] = {
+                name: self.prompts.get(_mitigation_template(name, m)).content_hash
+                for name, m in self.spec.mitigations.items()}
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()
                               ).hexdigest()[:16]
 
@@ -182,6 +193,9 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
     _check_prompts(proto, options, llm_nodes, prompts, node_prompts)
     plan.conditions = _arm_grid(spec.conditions, proto, options, llm_nodes, prompts,
                                 plan.exposure_template)
+    if spec.mitigations:
+        plan.conditions = _mitigation_grid(spec.mitigations, proto, llm_nodes, prompts,
+                                           plan.conditions)
     if spec.from_turn is not None:
         plan.earlier = _earlier_turns(spec, proto, options, llm_nodes, aliases)
     if check_keys:
@@ -254,6 +268,45 @@ def _arm_grid(c: ConditionSettings, proto: Protocol, options: BaseModel,
                                             template=exposure_template, position=c.position,
                                             include_clean=c.include_clean)
     return grid
+
+
+def _mitigation_template(name: str, settings: MitigationSettings) -> str:
+    return settings.template or f"mitigations/{name}"
+
+
+def _mitigation_grid(mitigations: dict[str, MitigationSettings], proto: Protocol,
+                     llm_nodes: dict[str, list[LLMNode]], prompts: PromptRegistry,
+                     grid: dict[str, list[Condition]]) -> dict[str, list[Condition]]:
+    """Exposure arms × mitigation arms: each exposure arm (clean included) first without a
+    mitigation, as before, then once with each mitigation arm of its variant."""
+    known_nodes = {n.name for nodes in llm_nodes.values() for n in nodes}
+    for name, m in mitigations.items():
+        template = prompts.get(_mitigation_template(name, m))
+        template.check_slots(m.slots, f"mitigation '{name}'")
+        listed = [m.targets] if isinstance(m.targets, str) else list(m.targets)
+        for entry in listed:
+            if entry in ("all", "singletons", "each_and_all"):
+                continue
+            unknown = [n for n in entry.split("+") if n not in known_nodes]
+            if unknown:
+                raise UserError(f"[mitigations.{name}] target '{unknown[0]}' is not an LLM "
+                                f"node of '{proto.name}' (nodes: {', '.join(sorted(known_nodes))})")
+    out = {}
+    for variant, conditions in grid.items():
+        names = [n.name for n in llm_nodes[variant]]
+        arms = []
+        for name, m in mitigations.items():
+            targets = m.targets
+            if isinstance(targets, str) and targets not in ("all", "singletons", "each_and_all"):
+                targets = [targets]
+            if isinstance(targets, list):  # a listed node may not exist in every variant
+                targets = [t for t in targets if set(t.split("+")) <= set(names)]
+            arms += mitigation_arms(names, name, targets=targets,
+                                    template=_mitigation_template(name, m),
+                                    position=m.position, slots=m.slots)
+        out[variant] = [c for base in conditions
+                        for c in [base, *(with_mitigation(base, arm, mit) for arm, mit in arms)]]
+    return out
 
 
 def _earlier_turns(spec: ExperimentSpec, proto: Protocol, options: BaseModel,

@@ -28,8 +28,8 @@ from biaslab.experiments.plan import Plan, make_plan
 from biaslab.experiments.reports import protocol_compare, write_reports
 from biaslab.experiments.runner import RunResult, open_store, run_in_progress, run_plan
 from biaslab.graphs.registry import check_origin
-from biaslab.experiments.spec import (ExperimentSpec, FromTurn, NodeSettings, read_toml,
-                                      spec_from_dict)
+from biaslab.experiments.spec import (ExperimentSpec, FromTurn, MitigationSettings,
+                                      NodeSettings, read_toml, spec_from_dict)
 from biaslab.traces.store import STORE_FILE, RunStore
 
 __all__ = ["load_run_plan", "load_run_spec", "open_run", "rescore", "strict_replay",
@@ -228,7 +228,7 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
                    directions: list[str] | None = None, targets: str | list[str] | None = None,
                    position: str | None = None, template: str | None = None,
                    overrides: list[str] | None = None, from_turn: int | None = None,
-                   resume: bool = False, concurrency: int | None = None,
+                   mitigation: str | None = None, resume: bool = False, concurrency: int | None = None,
                    use_shared_cache: bool = True, progress: bool = True
                    ) -> CounterfactualResult:
     """Re-run with one change; unchanged calls are served from the source trace.
@@ -240,6 +240,11 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
         model: its new model.
         directions, targets, position, template: a changed exposure grid.
         overrides: prompt directories that shadow the packaged prompts (and the run's own).
+        mitigation: a mitigation arm added at `node` (``node`` may be ``a+b``): a name under
+            ``prompts/mitigations/`` (``fairness_reminder``), a prompt id or a .toml file.
+            Every arm of the source is run again with and without it; the arms without it
+            are answered from the trace, so only the mitigated calls pay, and the new run's
+            ``tables/mitigation_effects.csv`` pairs the two on the protocol's unit.
         from_turn: make the change only from this turn on (protocols with turns): the calls
             of turns 1..from_turn-1 are made with the source's settings, so they ask what the
             source asked and are answered from its trace; only turns from `from_turn` on pay.
@@ -252,11 +257,14 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
     same units with a CI (``compare_measures.csv``); and the protocol's own ``compare`` hook
     when it has one (amplification: ``compare_fbs.csv``).
     """
-    if not (prompt or model or directions or targets or position or template or overrides):
+    if not (prompt or model or directions or targets or position or template or overrides
+            or mitigation):
         raise UserError("counterfactual replay needs a change: --prompt, --model, --directions, "
-                        "--targets, --position, --template or --overrides")
+                        "--targets, --position, --template, --overrides or --mitigation")
     if (prompt or model) and not node:
         raise UserError("--prompt/--model need --node: the node whose binding changes")
+    if mitigation and not node:
+        raise UserError("--mitigation needs --node: the node (or nodes, as a+b) that hear it")
     source = open_run(run_dir)
     out = None
     try:
@@ -296,8 +304,16 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
                 raise UserError(f"--from-turn: {run_dir} is itself a change from turn "
                                 f"{spec.from_turn.turn}; replay its own source instead")
             earlier = _from_turn(from_turn, spec)
+        mitigations = dict(spec.mitigations or {})
+        if mitigation:
+            name, settings = _mitigation_change(mitigation, node)
+            if name in mitigations:
+                raise UserError(f"--mitigation: run {run_dir} already has a mitigation "
+                                f"'{name}'; replay with another one")
+            mitigations[name] = settings
         spec = spec.model_copy(update={
             "nodes": nodes, "conditions": conditions,
+            **({"mitigations": mitigations} if mitigations else {}),
             "prompt_overrides": [*prompt_dirs, *spec.prompt_overrides],
             **({"from_turn": earlier} if earlier else {})})
         plan = make_plan(spec)
@@ -311,7 +327,8 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
         raise
     try:
         change = {"node": node or None, "prompt": prompt or None, "model": model,
-                  "overrides": prompt_dirs or None, "from_turn": from_turn, **changes}
+                  "overrides": prompt_dirs or None, "from_turn": from_turn,
+                  "mitigation": mitigation, **changes}
         store = RunStore(out.path)
         store.set_meta(source_run=str(Path(run_dir).resolve()),
                        source_fingerprint=source.meta().get("fingerprint"),
@@ -331,6 +348,19 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
         source.close()
 
 
+def _mitigation_change(mitigation: str, node: str) -> tuple[str, MitigationSettings]:
+    """``--mitigation`` as a ``[mitigations]`` entry: its name and settings."""
+    if mitigation.endswith(".toml"):
+        path = Path(mitigation).resolve()
+        return path.stem.partition(".")[0], MitigationSettings(targets=node, template=str(path))
+    name = mitigation.rpartition("/")[2].partition("@")[0]
+    template = mitigation if "/" in mitigation else f"mitigations/{mitigation}"
+    try:
+        return name, MitigationSettings(targets=node, template=template)
+    except ValidationError as exc:
+        raise UserError(f"--mitigation: {exc.errors()[0]['msg']}") from None
+
+
 def _from_turn(turn: int, source: ExperimentSpec) -> FromTurn:
     """The source's settings, kept for the turns before `turn`."""
     try:
@@ -344,7 +374,10 @@ def _from_turn(turn: int, source: ExperimentSpec) -> FromTurn:
 
 def _compare(plan: Plan, source: RunStore, replayed: RunStore, out_dir: Path) -> list[Path]:
     from biaslab.experiments.reports.compare import compare_calls, compare_measures
+    from biaslab.experiments.reports.mitigations import unmitigated
 
     written = [compare_calls(source, replayed, out_dir),
                compare_measures(source, replayed, out_dir, plan.protocol, plan.options)]
-    return written + protocol_compare(plan.protocol, source, replayed, out_dir, plan.options)
+    with unmitigated(replayed):  # the protocol's comparison knows no mitigation arms
+        return written + protocol_compare(plan.protocol, source, replayed, out_dir,
+                                          plan.options)

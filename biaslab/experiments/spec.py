@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from biaslab.errors import UserError
 
 __all__ = ["ExperimentSpec", "RunSettings", "ConditionSettings", "NodeSettings", "FromTurn",
+           "MitigationSettings",
            "load_spec",
            "spec_from_dict", "read_toml", "looks_secret"]
 
@@ -76,6 +77,21 @@ class ConditionSettings(_Strict):
         return value
 
 
+class MitigationSettings(_Strict):
+    """One ``[mitigations.<name>]`` table: a debiasing instruction and the nodes that hear it.
+    Each target set is one mitigation arm, crossed with every exposure arm (clean included)."""
+
+    targets: str | list[str]
+    """The nodes that receive it: a node, ``"a+b"``, a list of those, or 'all', 'singletons',
+    'each_and_all' as for exposures."""
+    template: str | None = None
+    """Prompt id of its text; default ``mitigations/<name>``."""
+    position: Literal["system-append", "system-replace", "user-prefix", "user-suffix"] = \
+        "system-append"
+    slots: dict[str, str] = {}
+    """Values for the template's slots, if it has any."""
+
+
 class NodeSettings(_Strict):
     prompt: str | None = None
     """Prompt id, id@variant, or a path to a .toml template."""
@@ -115,6 +131,9 @@ class ExperimentSpec(_Strict):
     run: RunSettings = RunSettings()
     conditions: ConditionSettings = ConditionSettings()
     nodes: dict[str, NodeSettings] = {}
+    mitigations: dict[str, MitigationSettings] | None = None
+    """Mitigation arms by name (``[mitigations.fairness_reminder]``); None or empty: only the
+    unmitigated arm, so a spec without the table keeps its cell ids, prompts and cache keys."""
     prompt_overrides: list[str] = []
     """Directories laid out like biaslab/prompts whose templates shadow the packaged ones."""
     from_turn: FromTurn | None = None
@@ -135,6 +154,15 @@ class ExperimentSpec(_Strict):
         if not _NAME.fullmatch(value):
             raise ValueError("must be letters, digits, '.', '_' or '-' (it names the run "
                              "directory under runs/), starting with a letter or digit")
+        return value
+
+    @field_validator("mitigations")
+    @classmethod
+    def _mitigation_names(cls, value: dict | None) -> dict | None:
+        for name in value or {}:
+            if not _NAME.fullmatch(name) or name == "none":
+                raise ValueError(f"'{name}' cannot name a mitigation: use letters, digits, "
+                                 "'.', '_' or '-' (it names the arm in cell ids), not 'none'")
         return value
 
     @field_validator("run")
@@ -255,6 +283,9 @@ def load_spec(path: str | Path, *, scale: str | None = None) -> ExperimentSpec:
                             "prompt_overrides to shadow the packaged prompts")
         if node.prompt and node.prompt.endswith(".toml"):
             node.prompt = resolve(node.prompt)
+    for mitigation in (spec.mitigations or {}).values():
+        if mitigation.template and mitigation.template.endswith(".toml"):
+            mitigation.template = resolve(mitigation.template)
     if spec.from_turn is not None:
         earlier = spec.from_turn
         if earlier.prompt_overrides_before is not None:

@@ -16,7 +16,8 @@ from biaslab.errors import UserError
 from biaslab.prompts.registry import Message, PromptRegistry
 
 __all__ = ["Exposure", "Condition", "Position", "POSITIONS", "exposure_conditions",
-           "apply_exposures", "CLEAN", "condition_id"]
+           "apply_exposures", "CLEAN", "condition_id", "Mitigation", "mitigation_arms",
+           "with_mitigation", "NO_MITIGATION", "MITIGATION_MARK", "split_condition_id"]
 
 Position = Literal["system-append", "system-replace", "user-prefix", "user-suffix"]
 POSITIONS: tuple[str, ...] = ("system-append", "system-replace", "user-prefix", "user-suffix")
@@ -63,22 +64,97 @@ class Condition:
     target: str
     direction: str
     exposures: tuple[Exposure, ...] = ()
+    mitigation: str = "none"
+    """The mitigation arm (``<nodes>:<name>``), or ``none``; kept apart from the exposure so
+    that an arm is exposure × mitigation and the unmitigated arm keeps its old id."""
+    mitigations: tuple["Mitigation", ...] = ()
 
     @property
     def id(self) -> str:
-        return condition_id(self.target, self.direction) if self.exposures else "none"
+        base = condition_id(self.target, self.direction) if self.exposures else "none"
+        return condition_id(base, "", self.mitigation) if self.mitigations else base
 
     def exposures_for(self, node: str) -> tuple[Exposure, ...]:
         return tuple(e for e in self.exposures if node in e.targets)
+
+    def mitigations_for(self, node: str) -> tuple["Mitigation", ...]:
+        return tuple(m for m in self.mitigations if node in m.targets)
 
 
 CLEAN = Condition(target="none", direction="none")
 
 
-def condition_id(target: str, direction: str) -> str:
+NO_MITIGATION = "none"
+MITIGATION_MARK = "+mit:"
+"""Joins an arm's exposure id and its mitigation: ``prediction:pro_female+mit:judge:reminder``."""
+
+
+def _no_mitigation(mitigation: object) -> bool:
+    # A cell recorded before mitigations existed has no coordinate: NaN or None in a frame.
+    return mitigation is None or mitigation != mitigation or str(mitigation) in ("", "none")
+
+
+def condition_id(target: str, direction: str, mitigation: object = None) -> str:
     """The id of the arm exposing `target` in `direction`, as recorded cells name it:
-    ``none`` for the clean arm, else ``<target>:<direction>``."""
-    return "none" if target == "none" else f"{target}:{direction}"
+    ``none`` for the clean arm, else ``<target>:<direction>``; with a mitigation arm,
+    ``+mit:<mitigation>`` follows (``none+mit:judge:fairness_reminder``). Called with an arm
+    id as `target` and an empty `direction`, it adds the mitigation to that id."""
+    base = target if direction == "" else ("none" if target == "none"
+                                           else f"{target}:{direction}")
+    return base if _no_mitigation(mitigation) else f"{base}{MITIGATION_MARK}{mitigation}"
+
+
+def split_condition_id(arm: str) -> tuple[str, str]:
+    """An arm id as (exposure id, mitigation arm); the mitigation is ``none`` when absent."""
+    exposure, mark, mitigation = str(arm).partition(MITIGATION_MARK)
+    return exposure, mitigation if mark else NO_MITIGATION
+
+
+@dataclass(frozen=True)
+class Mitigation:
+    """A debiasing instruction for some nodes: the mirror of an `Exposure`.
+
+    Attributes:
+        name: the mitigation's name in the spec (``fairness_reminder``); names the arm.
+        targets: node names that receive the text.
+        template: prompt id of the instruction (its ``user`` text is what is injected).
+        position: where the text goes in the rendered messages.
+        slots: values for the template's slots.
+    """
+
+    name: str
+    targets: frozenset[str]
+    template: str
+    position: Position = "system-append"
+    slots: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.position not in POSITIONS:
+            raise UserError(f"mitigation position must be one of {list(POSITIONS)}, "
+                            f"got '{self.position}'")
+
+    def text(self, registry: PromptRegistry) -> str:
+        template = registry.get(self.template)
+        return "\n\n".join(m["content"] for m in template.render(self.slots))
+
+
+def mitigation_arms(llm_nodes: Sequence[str], name: str, *, targets: str | Sequence,
+                    template: str, position: Position = "system-append",
+                    slots: Mapping[str, str] | None = None) -> list[tuple[str, Mitigation]]:
+    """One mitigation's arms for a graph: (arm id ``<nodes>:<name>``, `Mitigation`) per
+    target set (same keywords and lists as exposure targets), in graph order."""
+    arms = []
+    for combo in _target_sets(llm_nodes, targets) if llm_nodes else []:
+        arms.append((f"{'+'.join(combo)}:{name}",
+                     Mitigation(name=name, targets=frozenset(combo), template=template,
+                                position=position, slots=dict(slots or {}))))
+    return arms
+
+
+def with_mitigation(condition: Condition, arm: str, mitigation: Mitigation) -> Condition:
+    """`condition` (any exposure arm, clean included) with `mitigation` added as arm `arm`."""
+    return Condition(target=condition.target, direction=condition.direction,
+                     exposures=condition.exposures, mitigation=arm, mitigations=(mitigation,))
 
 
 def _target_sets(llm_nodes: Sequence[str], targets) -> list[tuple[str, ...]]:

@@ -21,7 +21,10 @@ __all__ = ["write_reports", "write_generic_report", "write_html_report", "protoc
 def write_reports(plan: "Plan", store: RunStore, run_dir: str | Path) -> list[Path]:
     """Every report of a run: the generic tables, then the protocol's own, then
     ``report.html`` over all of them (sections as the protocol declares them)."""
+    from biaslab.experiments.reports.mitigations import unmitigated
+
     run_dir = Path(run_dir)
-    written = [*write_generic_report(store, run_dir, plan.protocol, plan.options),
-               *protocol_report(plan.protocol, store, run_dir, plan.options)]
+    written = write_generic_report(store, run_dir, plan.protocol, plan.options)
+    with unmitigated(store):  # a protocol's own tables know no mitigation arms
+        written = [*written, *protocol_report(plan.protocol, store, run_dir, plan.options)]
     return [*written, write_html_report(store, run_dir, plan.protocol.report_sections())]

@@ -13,7 +13,13 @@ It needs nothing but the run store:
   a record, a question, a dialogue...; by default the cell's item and every numeric, boolean
   or label output field), each exposed condition against clean on the same units, pooled and
   per group of the sensitive attribute, with a paired t interval from `MIN_PAIRS_FOR_CI`
-  pairs on and a "too few pairs" note below that.
+  pairs on and a "too few pairs" note below that;
+- ``tables/model_comparisons.csv`` and its forest plot, when the run has two models or more:
+  every pair of models on the same units, with Holm and BH adjusted p-values over the table
+  (`biaslab.experiments.reports.model_comparisons`);
+- ``tables/mitigation_effects.csv``, when the run has mitigation arms (or the protocol a
+  structural mitigation): each mitigation against the unmitigated arm of the same exposure
+  (`biaslab.experiments.reports.mitigations`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import pandas as pd
 from biaslab.evaluators.exposure_effects import CLEAN_CONDITION, MIN_PAIRS_FOR_CI, paired_arms
 from biaslab.experiments.reports.units import (ALL_GROUPS, PAIR_KEYS, flatten, unit_frame,
                                                unit_of)
+from biaslab.experiments.reports.model_comparisons import write_model_comparisons
 from biaslab.graphs.registry import Protocol
 from biaslab.graphs.units import ITEM_UNIT, AnalysisUnit
 from biaslab.prompts.exposure import condition_id
@@ -88,8 +95,9 @@ def cache_use_by_node(store: RunStore) -> pd.DataFrame:
 def with_condition(cells: pd.DataFrame) -> pd.DataFrame:
     """`RunStore.cells()` with each cell's arm id in a ``condition`` column."""
     cells = cells.copy()
-    cells["condition"] = [condition_id(str(t), str(d))
-                          for t, d in zip(cells["target"], cells["direction"])]
+    mitigation = cells["mitigation"] if "mitigation" in cells else [None] * len(cells)
+    cells["condition"] = [condition_id(str(t), str(d), m)
+                          for t, d, m in zip(cells["target"], cells["direction"], mitigation)]
     return cells
 
 
@@ -246,6 +254,10 @@ def write_generic_report(store: RunStore, run_dir: str | Path, proto: Protocol |
                  exposed_vs_clean(unit_frame(store, proto, options), unit_of(proto)))
         frame.to_csv(path, index=False, float_format="%.6g")
         written.append(path)
+    written += write_model_comparisons(store, run_dir, proto, options)  # 2+ models only
+    from biaslab.experiments.reports.mitigations import write_mitigation_effects  # uses this module
+
+    written += write_mitigation_effects(store, run_dir, proto, options)  # mitigation arms only
     path = Path(run_dir) / CACHE_USE_FILE
     cache_use_by_node(store).to_csv(path, index=False)
     written.append(path)

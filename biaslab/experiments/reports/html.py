@@ -44,6 +44,14 @@ _GENERIC = [
                   "clean on the same units, pooled (group all) and per group of the sensitive "
                   "attribute, with the paired difference and its t 95% CI; a CI excluding 0 "
                   "is an effect. Below 10 pairs there is no CI, and the note says so."),
+    ReportSection("Model against model (corrected for multiplicity)",
+                  ("tables/model_comparisons.csv",), ("figures/model_comparisons.png",),
+                  how_to_read="Runs with two models or more: every pair of models on the same "
+                  "units, condition and seed; diff = mean_b - mean_a with a paired bootstrap "
+                  "95% CI. p is McNemar's exact test for a 0/1 measure, else the two-sided "
+                  "bootstrap p; p_holm (family-wise) and p_bh (false discovery rate) adjust it "
+                  "over every tested row (family_size of them). Below 10 pairs: no CI, no p, "
+                  "not in the family.", link_columns={"model_a": "model"}),
     ReportSection("Node outputs", ("tables/outputs.csv",),
                   how_to_read="Every node's state updates, one row per update, nested values "
                   "as dotted columns (the CSV holds all rows).", max_rows=30),

@@ -122,8 +122,9 @@ def _wide(store: RunStore, unit: AnalysisUnit, options: Any) -> pd.DataFrame:
     if cells.empty:
         return pd.DataFrame()
     cells = cells[cells["status"] == "done"].copy()
-    cells["condition"] = [condition_id(str(t), str(d))
-                          for t, d in zip(cells["target"], cells["direction"])]
+    mitigation = cells["mitigation"] if "mitigation" in cells else [None] * len(cells)
+    cells["condition"] = [condition_id(str(t), str(d), m)
+                          for t, d, m in zip(cells["target"], cells["direction"], mitigation)]
     coords = {r["cell_id"]: r for r in cells.to_dict("records")}
     measures = [m for m in unit.measures if isinstance(m, Measure)]
     rows, visits = [], {}
