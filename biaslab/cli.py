@@ -208,14 +208,16 @@ def cmd_replay(args) -> int:
               f"(first: {(diff.different or diff.missing)[0]})")
         return 1
     changes = (args.prompt, args.model, args.directions, args.targets, args.position,
-               args.template, args.overrides)
+               args.template, args.overrides, args.mitigation)
     if not any(changes):
-        raise UserError("replay --mode counterfactual needs a change: --node with --prompt or "
-                        "--model, or --directions, --targets, --position, --template, --overrides")
+        raise UserError("replay --mode counterfactual needs a change: --node with --prompt, "
+                        "--model or --mitigation, or --directions, --targets, --position, "
+                        "--template, --overrides")
     done = replay.counterfactual(args.run_dir, out, node=args.node or "", prompt=args.prompt,
                                  model=args.model, directions=args.directions,
                                  targets=args.targets, position=args.position,
                                  template=args.template, overrides=args.overrides,
+                                 mitigation=args.mitigation,
                                  from_turn=args.from_turn, resume=args.resume, concurrency=args.concurrency,
                                  use_shared_cache=not args.no_cache, progress=not args.quiet)
     print(done.summary(), file=sys.stderr)
@@ -332,34 +334,39 @@ def cmd_prompts(args) -> int:
 
 
 def cmd_estimate(args) -> int:
+    from biaslab.evaluators.power import PowerAssumptions
     from biaslab.experiments.plan import make_plan
+    from biaslab.experiments.planning import (costs, estimate_plan, power_rows, read_prices,
+                                              wall_time_s)
     from biaslab.experiments.spec import load_spec, read_spec_scales
-    from biaslab.graphs.registry import Protocol
 
+    if not args.latency_s >= 0:
+        raise UserError(f"estimate: --latency-s must be >= 0 seconds, got {args.latency_s}")
+    if args.baseline is not None and not 0 < args.baseline < 1:
+        raise UserError(f"estimate: --baseline must lie in (0, 1), got {args.baseline}")
+    if not -1 <= args.correlation <= 1:
+        raise UserError(f"estimate: --correlation must lie in [-1, 1], got {args.correlation}")
+    if not args.sd > 0:
+        raise UserError(f"estimate: --sd must be > 0, got {args.sd}")
+    assumptions = PowerAssumptions(correlation=args.correlation, sd=args.sd,
+                                   **({"baseline": args.baseline} if args.baseline else {}))
+    want_power = args.power or args.mde is not None
     scales = [args.scale] if args.scale else ["paper", *read_spec_scales(args.spec)]
     reports = []
     for scale in scales:
         spec = load_spec(args.spec, scale=scale)
         plan = make_plan(spec, models=[args.model] if args.model else None,
                          all_nodes=args.all_nodes, check_keys=False)
-        generic = type(plan.protocol).estimate is Protocol.estimate
-        memo: dict = {}
-        per_variant: dict[str, list[float]] = {}
-        for cell in plan.cells():
-            key = cell.variant if generic else (cell.variant, cell.item)
-            if key not in memo:
-                memo[key] = plan.protocol.estimate(cell.variant, cell.item, plan.options)
-            est = memo[key]
-            v = per_variant.setdefault(cell.variant, [0, 0.0, 0.0])
-            v[0] += 1
-            v[1] += est["calls"]
-            v[2] += est["tokens"]
-        reports.append({"spec": spec.name, "scale": spec.scale_applied,
-                        "cells": sum(v[0] for v in per_variant.values()),
-                        "calls_estimate": round(sum(v[1] for v in per_variant.values())),
-                        "tokens_estimate": round(sum(v[2] for v in per_variant.values())),
-                        "by_variant": {k: {"cells": a, "calls": round(b), "tokens": round(c)}
-                                       for k, (a, b, c) in per_variant.items()}})
+        report = estimate_plan(plan)
+        by_model = report.pop("_by_model")
+        prices = read_prices(args.prices, plan) if args.prices else None
+        report["latency_s"] = args.latency_s
+        report["wall_time_s"] = round(wall_time_s(plan, by_model, args.latency_s))
+        report["cost"] = costs(plan, by_model, prices, args.output_share)
+        if want_power:
+            report["power"] = power_rows(plan, mde=args.mde, assumptions=assumptions,
+                                         pilot=args.pilot)
+        reports.append(report)
     if args.json:
         print(json.dumps(reports[0] if args.scale else reports, indent=2))
         return 0
@@ -369,8 +376,55 @@ def cmd_estimate(args) -> int:
               "tokens")
         for k, v in report["by_variant"].items():
             print(f"  {k}: {v['cells']} cells, ~{v['calls']:,} calls, ~{v['tokens']:,} tokens")
+        print(f"  wall time: ~{_duration(report['wall_time_s'])} (at {report['latency_s']:g} s "
+              "a call, the spec's concurrency and each endpoint's rps)")
+        _print_cost(report["cost"])
+        for row in report.get("power", []):
+            _print_power(row)
+        if want_power and not report.get("power"):
+            print("  power: this spec has no main contrast to size")
     print("These are estimates of a fresh run (no re-asks, no cache hits), not bounds.")
     return 0
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _print_cost(cost: dict) -> None:
+    for label, v in cost["by_model"].items():
+        print(f"  cost {label}: {v['cost']:,.2f} ({v['tokens_in']:,} tokens in, "
+              f"{v['tokens_out']:,} out, at your prices)")
+    if cost["by_model"]:
+        share = (f"; tokens out taken as {cost['output_share']:.0%} of tokens"
+                 if cost["output_share"] is not None else "")
+        print(f"  cost total: {cost['total']:,.2f}{share}")
+    if cost["unpriced"]:
+        print(f"  cost: no prices for {', '.join(cost['unpriced'])} (set price_in_per_mtok and "
+              "price_out_per_mtok in a model table, or --prices FILE)")
+
+
+def _print_power(row: dict) -> None:
+    binary = row["design"] in ("two_proportions", "paired_binary")
+    sizes = f"n = {row['n']:,}" + (f" + {row['n_other']:,}" if row["n_other"] else "")
+    head = (f"  power, {row['contrast']} ({row['design']}, {sizes} {row['unit']}s per "
+            f"{row['per']}; {row['assumptions']}, {row['source']}):")
+    mde = row["mde"]
+    if mde != mde:  # NaN
+        text = "no effect is detectable at this n"
+    elif binary:
+        text = f"MDE {100 * mde:.2f} percentage points"
+    else:
+        text = f"MDE {mde:.4g}"
+    text += f" at {row['power']:.0%} power, alpha {row['alpha']:g}"
+    if "n_needed" in row:
+        effect = f"{100 * row['effect']:g} pp" if binary else f"{row['effect']:g}"
+        text += f"; {effect} needs n = {row['n_needed']:,}"
+    print(f"{head} {text}")
 
 
 TRACE_FORMATS = ("parquet", "jsonl")
@@ -469,6 +523,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="counterfactual: where the exposure text goes")
     rp.add_argument("--template", help="counterfactual: the exposure template "
                                        "(e.g. exposures/covert_favor)")
+    rp.add_argument("--mitigation", metavar="TEMPLATE",
+                    help="counterfactual: add a mitigation arm at --node (a name under "
+                         "prompts/mitigations/, e.g. fairness_reminder, a prompt id or a .toml "
+                         "file); every arm runs with and without it")
     rp.add_argument("--overrides", nargs="+", metavar="DIR",
                     help="counterfactual: prompt directories that shadow the run's prompts")
     rp.add_argument("--from-turn", type=int, metavar="K",
@@ -506,12 +564,33 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--overrides", nargs="*", help="override directories")
     pr.set_defaults(func=cmd_prompts)
 
-    e = sub.add_parser("estimate", help="cells, calls and tokens before anything runs")
+    e = sub.add_parser("estimate", help="cells, calls, tokens, wall time, cost and power "
+                       "before anything runs")
     e.add_argument("spec")
     e.add_argument("--scale", help="one scale (default: paper and every [scale.NAME])")
     e.add_argument("--model")
     e.add_argument("--all-nodes", action="store_true")
     e.add_argument("--json", action="store_true")
+    e.add_argument("--power", action="store_true",
+                   help="the minimum detectable effect of each main contrast (80%% power, "
+                   "alpha 0.05)")
+    e.add_argument("--mde", type=float, metavar="EFFECT",
+                   help="the sample size needed to detect this absolute effect (implies --power)")
+    e.add_argument("--baseline", type=float,
+                   help="assumed rate of a binary measure in the reference arm (default 0.5)")
+    e.add_argument("--correlation", type=float, default=0.0,
+                   help="assumed within-unit correlation of a paired 0/1 measure (default 0)")
+    e.add_argument("--sd", type=float, default=0.5,
+                   help="assumed SD of a per-unit change, numeric measures (default 0.5)")
+    e.add_argument("--pilot", metavar="RUN_DIR",
+                   help="read baseline, SD and correlation from a finished run instead")
+    e.add_argument("--latency-s", type=float, default=2.0,
+                   help="assumed seconds per call for the wall time (default 2)")
+    e.add_argument("--prices", metavar="FILE",
+                   help="TOML: model label -> price_in_per_mtok, price_out_per_mtok")
+    e.add_argument("--output-share", type=float, default=0.25,
+                   help="share of tokens priced as output where a protocol does not split "
+                   "them (default 0.25)")
     e.set_defaults(func=cmd_estimate)
 
     x = sub.add_parser("export", help="export a run's traces to Parquet or JSONL, or its data "

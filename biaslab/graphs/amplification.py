@@ -310,6 +310,20 @@ class Amplification(Protocol):
         split = student.cached_split(item, seed, options.max_test, options.data_dir)
         return {"dataset": item, "record_ids": [int(i) for i in split.test.index]}
 
+    def power_contrasts(self, options: AmplificationOptions):
+        """FBS on each dataset's test records: the favoured group's mean change against the
+        other's (female favoured; pro_male mirrors it), compared seed by seed."""
+        from biaslab.evaluators.power import PowerContrast
+
+        out = []
+        for item in self.items(options):
+            sex = student.cached_split(item, 42, options.max_test, options.data_dir).test["sex"]
+            out.append(PowerContrast(f"FBS on {item} test records", "record", "group_difference",
+                                     int((sex == "F").sum()), int((sex == "M").sum()),
+                                     measure="predicted_fail", pool_seeds=False,
+                                     groups=("F", "M")))
+        return out
+
     def estimate(self, variant: str, item: str, options: AmplificationOptions
                  ) -> dict[str, float]:
         """Expected calls and tokens: one call per batch, one explanation, and judges on

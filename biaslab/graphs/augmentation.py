@@ -708,6 +708,14 @@ class Augmentation(Protocol):
                       options: AugmentationOptions) -> dict:
         return {"item": item, "record": record_for(item, options)}
 
+    def power_contrasts(self, options: AugmentationOptions):
+        """DR of augmented against original questions, paired on the source example (a
+        source's DR, a share of its responses, is sized as a 0/1 measure: conservative)."""
+        from biaslab.evaluators.power import PowerContrast
+
+        return [PowerContrast("augmented vs original, DR", "source example", "paired_binary",
+                              len(self.items(options)), measure="dr")]
+
     def estimate(self, variant: str, item: str, options: AugmentationOptions
                  ) -> dict[str, float]:
         """Expected calls and tokens of one source example, with the paper's pass rate."""

@@ -17,7 +17,7 @@ import inspect
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping
 
 from langgraph.graph import StateGraph
 from pydantic import BaseModel, ConfigDict
@@ -27,6 +27,9 @@ from biaslab.graphs.llm_nodes import (LLMNode, TurnLoop, graph_llm_nodes, node_l
                                       turn_loops)
 from biaslab.graphs.report_sections import ReportSection
 from biaslab.graphs.units import ITEM_UNIT, AnalysisUnit, Measure
+
+if TYPE_CHECKING:
+    from biaslab.evaluators.power import PowerContrast
 
 __all__ = ["Protocol", "LLMNode", "ReportSection", "AnalysisUnit", "Measure", "NoOptions",
            "protocol", "get_protocol",
@@ -94,6 +97,20 @@ class Protocol:
             calls += n
             tokens += n * (_PROMPT_TOKENS + node.max_tokens)
         return {"calls": calls, "tokens": tokens}
+
+    def power_contrasts(self, options: BaseModel) -> list["PowerContrast"]:
+        """The main contrast(s) ``biaslab estimate --power`` sizes, for one model and seed.
+
+        The default: the declared `unit`, exposed against clean on the same units, one unit
+        per cell item, read as a 0/1 measure (`biaslab.evaluators.power`); a pilot run tells
+        whether the measure is binary or numeric. Override it where a cell holds several
+        units or the report's main test is another one (roleplay's role vs no role)."""
+        from biaslab.evaluators.power import PowerContrast
+
+        measure = self.unit.measures[0] if self.unit.measures else None
+        name = getattr(measure, "name", measure)
+        return [PowerContrast(f"exposed vs clean on the {self.unit.name}", self.unit.name,
+                              "paired_binary", len(self.items(options)), measure=name)]
 
     def report(self, store: Any, run_dir: Path, options: BaseModel) -> list[Path]:
         """Protocol-specific tables and figures from the store alone (no model calls).

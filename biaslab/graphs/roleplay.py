@@ -432,6 +432,22 @@ class Roleplay(Protocol):
             tokens += judged * (_JUDGE_FRAME + _QUESTION_TOKENS + reply + 2)
         return {"calls": calls, "tokens": tokens}
 
+    def power_contrasts(self, options: RoleplayOptions):
+        """Table 5's z-test: role against no role, per question type, on questions (a
+        question is the unit: its verdict is the majority of its repeats, and seeds are
+        averaged per question, never counted as new questions)."""
+        from biaslab.evaluators.power import PowerContrast
+
+        if not {"role", "no_role"} <= set(options.conditions):
+            return []
+        per_type: dict[str, int] = {}
+        for questions in chunks_for(options).values():
+            for q in questions:
+                per_type[q["type"]] = per_type.get(q["type"], 0) + 1
+        return [PowerContrast(f"role vs no role, {qtype} questions", "question",
+                              "two_proportions", n, measure="verdict")
+                for qtype, n in per_type.items()]
+
     def report_sections(self):
         """The report.html sections of the files `report` writes (see README, roleplay)."""
         from biaslab.graphs.report_sections import ReportSection as S

@@ -68,6 +68,11 @@ class ModelSpec(BaseModel):
     timeout_s: float = Field(default=300.0, gt=0)
     alias: str | None = None
     """The spec's name for this model ([model_aliases.<alias>]); labels tables and cells."""
+    price_in_per_mtok: float | None = Field(default=None, ge=0)
+    """What you pay per million prompt tokens, for ``biaslab estimate``'s cost only: never
+    sent to the endpoint, never recorded, no part of the cache key or the fingerprint."""
+    price_out_per_mtok: float | None = Field(default=None, ge=0)
+    """Likewise, per million generated tokens."""
 
     @property
     def label(self) -> str:
@@ -116,7 +121,7 @@ class ModelSpec(BaseModel):
         ``VLLM_BASE_URL`` and friends, so a replay does not depend on the shell). The spec
         never holds a key, and credentials written into a base URL (``https://user:pass@host``
         or ``?key=...``) are dropped."""
-        data = self.model_dump(exclude_none=True)
+        data = self.model_dump(exclude_none=True, exclude=set(PRICE_FIELDS))
         base_url = self.resolved_base_url()
         if base_url:
             data["base_url"] = strip_credentials(base_url)
@@ -154,6 +159,10 @@ class ModelSpec(BaseModel):
 _SECRET_PARAM = re.compile(r"(api[_-]?key|apikey|key|token|access[_-]?token|auth|"
                            r"password|passwd|secret|sig|signature|code|.+[_-](key|token|secret))",
                            re.I)
+
+
+PRICE_FIELDS = ("price_in_per_mtok", "price_out_per_mtok")
+"""`ModelSpec` fields for cost estimates only (left out of `ModelSpec.public`)."""
 
 
 def strip_credentials(url: str) -> str:
