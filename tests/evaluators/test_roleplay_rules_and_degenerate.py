@@ -160,3 +160,45 @@ def test_judge_tables_survive_degenerate_groups(votes):
     reliability = report.oracle_reliability(pd.DataFrame())
     assert reliability.empty and "kappa" in reliability.columns
     assert np.isnan(rp.oracle_agreement([None], [True])["kappa"])
+
+
+# -- the store-level readers and the headline, on an empty store and degenerate tables ---------
+def test_store_readers_survive_a_run_with_no_finished_cell(tmp_path):
+    from biaslab.traces.store import RunStore
+
+    store = RunStore(tmp_path / "empty")
+    try:
+        assert report.questions_frame(store).empty
+        assert report.bias_type_frame(store).empty
+        assert report.write_generation_report(store, tmp_path / "empty", None) == []
+    finally:
+        store.close()
+
+
+TABLE5_COLUMNS = ["model", "type", "biased_role", "n_role", "biased_no_role", "n_no_role",
+                  "decrease_rate", "diff", "ci_low", "ci_high", "p_value"]
+
+
+@pytest.mark.parametrize("rows", [
+    [],                                                              # nothing to compare
+    [["m", "why", 0, 4, 0, 4, np.nan, 0.0, np.nan, np.nan, np.nan]],  # no bias anywhere
+    [["m", "why", 4, 4, 4, 4, 0.0, 0.0, 0.0, 0.0, 1.0]],             # single-valued
+])
+def test_the_headline_survives_empty_single_valued_and_all_nan_rows(tmp_path, rows):
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    pd.DataFrame(rows, columns=TABLE5_COLUMNS).to_csv(tables / "table5.csv", index=False)
+    out = report.headline(tmp_path)
+    assert len(out) == len(rows)
+    if rows and math.isnan(rows[0][6]):
+        assert out.iloc[0]["decrease_rate"] == "n/a" and out.iloc[0]["p_value"] == "n/a"
+
+
+def test_the_headline_falls_back_to_the_biased_counts_and_to_nothing(tmp_path):
+    assert report.headline(tmp_path) is None
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    pd.DataFrame({"model": ["m", "m"], "type": ["why", "why"], "biased": [0, 1],
+                  "n": [2, 2]}).to_csv(tables / "biased_counts.csv", index=False)
+    out = report.headline(tmp_path)
+    assert out.to_dict("records") == [{"model": "m", "type": "why", "biased": 1, "n": 4}]

@@ -360,9 +360,12 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
         put(rp.judge_pairs_table(responses, judges), "judge_pairs", markdown=True)
 
     if (questions["condition"] != CLEAN).any():
-        frame = questions.assign(biased=questions["verdict"].map(
-            lambda v: np.nan if v is None else float(v)))
-        effects = paired_condition_effects(frame, value="biased", pair_on=["qid", "seed"],
+        # As in every rate here: an undecided question counts as unbiased, and a question is
+        # the unit (averaged over its seeds first, never one pair per seed).
+        frame = questions.assign(biased=(questions["verdict"] == True).astype(float))  # noqa: E712
+        frame = frame.groupby(["model", "variant", "type", "condition", "qid"], sort=True,
+                              as_index=False)["biased"].mean()
+        effects = paired_condition_effects(frame, value="biased", pair_on=["qid"],
                                            by=["model", "variant", "type"], random_state=0)
         # a Why judge only sees Why answers: its arms on other types are trivially zero
         judged_elsewhere = (effects["condition"].str.startswith("why_judge")
@@ -382,10 +385,13 @@ def headline(run_dir: str | Path) -> pd.DataFrame | None:
         frame = pd.read_csv(path)
         out = frame[["model", "type", "biased_role", "n_role", "biased_no_role", "n_no_role",
                      "decrease_rate", "diff", "ci_low", "ci_high", "p_value"]].copy()
-        out["decrease_rate"] = out["decrease_rate"].map(lambda x: f"{x:.1%}")
+        def shown(fmt: str):  # a rate with nothing to divide by is n/a, never "nan%"
+            return lambda x: "n/a" if pd.isna(x) else format(x, fmt)
+
+        out["decrease_rate"] = out["decrease_rate"].map(shown(".1%"))
         for col in ("diff", "ci_low", "ci_high"):
-            out[col] = out[col].map(lambda x: f"{x:+.3f}")
-        out["p_value"] = out["p_value"].map(lambda x: f"{x:.2g}")
+            out[col] = out[col].map(shown("+.3f"))
+        out["p_value"] = out["p_value"].map(shown(".2g"))
         out.attrs["title"] = "Biased questions with and without the role statement (Table 5)"
         return out
     path = tables / "biased_counts.csv"
