@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from results_file import write_section  # a sibling: bench/ is on sys.path when run as a script
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 SECTION = "## Roleplay report at paper scale (`bench/roleplay_report_scale.py`)"
@@ -159,23 +161,9 @@ def main(argv=None) -> int:
         f"{built['question_rows']:,} question rows ({3 * built['question_rows']:,} answers), "
         f"{built['store_mb']:,.0f} MiB",
         line, "```", ""])
-    write_section(section)
+    write_section(SECTION, section)
     print(f"wrote {BENCH_DIR / 'results.md'}")
     return 0
-
-
-def write_section(section: str) -> None:
-    """Replace this script's section of results.md, keeping every other section."""
-    path = BENCH_DIR / "results.md"
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    start = text.find(SECTION)
-    if start >= 0:
-        end = text.find("\n## ", start + len(SECTION))
-        rest = text[end + 1:] if end >= 0 else ""
-        text = text[:start] + section + ("\n" + rest if rest else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":

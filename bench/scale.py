@@ -38,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_file import write_section  # a sibling: bench/ is on sys.path when run as a script
+
 BENCH_DIR = Path(__file__).resolve().parent
 LATENCY_S = 0.05
 SECTION = "## Throughput and scale-out (`bench/scale.py`)"
@@ -455,23 +457,9 @@ def main(argv=None) -> int:
         "this tree; every measurement in its own subprocess; CPU per call is the median of 5 "
         "runs, the rest one run each",
         "", "```", table, "```", "", "```", *lines, "```", ""])
-    write_section(section)
+    write_section(SECTION, section)
     print(f"wrote {BENCH_DIR / 'results.md'}")
     return 0
-
-
-def write_section(section: str) -> None:
-    """Replace this script's section of results.md, keeping every other section."""
-    path = BENCH_DIR / "results.md"
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    start = text.find(SECTION)
-    if start >= 0:
-        end = text.find("\n## ", start + len(SECTION))
-        rest = text[end + 1:] if end >= 0 else ""
-        text = text[:start] + section + ("\n" + rest if rest else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":
