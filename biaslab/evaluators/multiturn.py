@@ -190,17 +190,22 @@ def time_to_first_bias(labels, cap: int | None = None, *, ended: Sequence[int] |
     return out
 
 
+def _known_pairs(first, second, names: str) -> tuple[np.ndarray, np.ndarray]:
+    """Two arrays aligned on the same dialogues, less the pairs with a NaN on either side."""
+    a, b = np.asarray(first, float), np.asarray(second, float)
+    if a.shape != b.shape:
+        raise ValueError(f"{names} must be aligned on the same dialogues")
+    keep = ~(np.isnan(a) | np.isnan(b))
+    return a[keep], b[keep]
+
+
 def paired_effect(exposed, clean, *, n_resamples: int = 2000, confidence: float = 0.95,
                   random_state: int = 0) -> Ratio:
     """mean(exposed − clean) over the dialogues known in both arms (a NaN on either side drops
     the pair), with a paired interval: Newcombe's paired score interval when both sides are
     0/1 (it keeps a width when every pair agrees), else a paired percentile bootstrap over
     dialogues. 0 means the exposure changed nothing on average; `n` counts the pairs."""
-    a, b = np.asarray(exposed, float), np.asarray(clean, float)
-    if a.shape != b.shape:
-        raise ValueError("exposed and clean must be aligned on the same dialogues")
-    keep = ~(np.isnan(a) | np.isnan(b))
-    a, b = a[keep], b[keep]
+    a, b = _known_pairs(exposed, clean, "exposed and clean")
     if len(a) == 0:
         return Ratio(np.nan, np.nan, np.nan, 0)
     if np.isin(a, (0.0, 1.0)).all() and np.isin(b, (0.0, 1.0)).all():
@@ -222,11 +227,7 @@ def late_emergence(short_ever, long_ever, *, confidence: float = 0.95) -> Ratio:
     paired dialogues (same seed stereotype, model, framing, arm, run seed) whose status is
     known at both caps, with Newcombe's paired score interval (it keeps a width when every
     pair agrees). 0 means no dialogue turned biased only after the short cap."""
-    a, b = np.asarray(short_ever, float), np.asarray(long_ever, float)
-    if a.shape != b.shape:
-        raise ValueError("short_ever and long_ever must be aligned on the same dialogues")
-    keep = ~(np.isnan(a) | np.isnan(b))
-    a, b = a[keep], b[keep]
+    a, b = _known_pairs(short_ever, long_ever, "short_ever and long_ever")
     if len(a) == 0:
         return Ratio(np.nan, np.nan, np.nan, 0)
     diff, low, high = paired_difference_interval(a, b, confidence)
