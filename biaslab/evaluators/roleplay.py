@@ -30,12 +30,11 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
-from statsmodels.stats.proportion import (confint_proportions_2indep, proportion_confint,
-                                          proportions_ztest)
+from statsmodels.stats.proportion import confint_proportions_2indep, proportions_ztest
 
 from biaslab.agents.parsers import NoVerdict, ParseError
 from biaslab.datasets.user_files import read_label_csv
-from biaslab.evaluators.stats import cohens_kappa, two_proportion_ztest
+from biaslab.evaluators.stats import cohens_kappa, two_proportion_ztest, wilson_interval
 from biaslab.evaluators.votes import majority_vote
 
 __all__ = ["load_human_labels", "YES", "NO", "MIXED", "REFUSAL", "parse_yes_no", "parse_choice", "parse_judge_label",
@@ -266,8 +265,8 @@ def rate_with_ci(successes: float, n: int, confidence: float = 0.95
     """A proportion and its Wilson score interval (NaNs when n == 0)."""
     if n == 0:
         return math.nan, math.nan, math.nan
-    low, high = proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
-    return successes / n, float(low), float(high)
+    low, high = wilson_interval(successes, n, confidence)
+    return successes / n, low, high
 
 
 def _is_biased(frame: pd.DataFrame) -> pd.Series:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.stats import norm
+from statsmodels.stats.proportion import proportion_confint
 
 __all__ = [
     "RandomState",
@@ -495,19 +496,17 @@ def gwet_ac1(ratings: ArrayLike, *, categories: Sequence[Hashable] | None = None
 # --------------------------------------------------------------------------- score intervals
 
 
-def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of a proportion successes / n (NaNs when n == 0).
+def wilson_interval(successes: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion successes / n (NaNs when n == 0), by statsmodels'
+    ``proportion_confint(method="wilson")``.
 
     Unlike the Wald or the bootstrap interval it keeps a width at 0/n and n/n, so "0 of 60"
-    reads [0, 0.060], not [0, 0]. Matches ``statsmodels`` ``proportion_confint(method="wilson")``.
+    reads [0, 0.060], not [0, 0].
     """
     if n == 0:
         return math.nan, math.nan
-    z = float(norm.ppf(1 - (1 - confidence) / 2))
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    low, high = proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
+    return max(0.0, float(low)), min(1.0, float(high))
 
 
 def paired_difference_interval(a: ArrayLike, b: ArrayLike, confidence: float = 0.95
