@@ -69,3 +69,29 @@ def assert_same_run(run_dir: Path, reference: Path, *, all_done: bool = True,
         b.close()
     tables = _tables(reference)
     assert _tables(run_dir) == tables and (tables or not reported)
+
+
+AUGMENTATION_GENERATORS = ("abstraction", "transform", "scenario", "rephrase", "validator_1",
+                           "validator_2", "validator_3")
+
+
+def bound_nodes(model: str, nodes=(*AUGMENTATION_GENERATORS, "judge")) -> str:
+    """``[nodes.<name>] model = ...`` tables binding each of `nodes` to one model."""
+    return "".join(f'[nodes.{node}]\nmodel = "{model}"\n' for node in nodes)
+
+
+def run_and_report_once(root: Path, spec_text: str) -> Path:
+    """Run a spec through the CLI into ``root/run`` and report it, with a cache of its own
+    under `root` (for module-scoped fixtures, which run before the per-test cache fixture)."""
+    import pytest
+
+    from biaslab.cli import main
+
+    spec = root / "spec.toml"
+    spec.write_text(spec_text)
+    out = root / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BIASLAB_CACHE", str(root / "cache.sqlite"))
+        assert main(["run", str(spec), "--out", str(out), "--quiet"]) == 0
+        assert main(["report", str(out)]) == 0
+    return out

@@ -16,6 +16,7 @@ from biaslab.cli import main
 from biaslab.datasets import bbq
 from biaslab.evaluators.augmentation import mean_decisive_rates
 from biaslab.experiments.reports.augmentation import table2
+from support_runs import bound_nodes, run_and_report_once
 
 BOUND = "scripted:augmentation-synthetic"
 SPEC = f"""
@@ -35,22 +36,12 @@ n_resamples = 300
 template = "augmentation/exposure"
 directions = ["stereotype"]
 targets = ["validator_1"]
-""" + "".join(f'[nodes.{n}]\nmodel = "{BOUND}"\n' for n in (
-    "abstraction", "transform", "scenario", "rephrase", "validator_1", "validator_2",
-    "validator_3", "judge"))
+""" + bound_nodes(BOUND)
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("aug-tables")
-    spec = root / "spec.toml"
-    spec.write_text(SPEC)
-    out = root / "run"
-    with pytest.MonkeyPatch.context() as mp:  # a module fixture runs before isolated_cache
-        mp.setenv("BIASLAB_CACHE", str(root / "cache.sqlite"))
-        assert main(["run", str(spec), "--out", str(out), "--quiet"]) == 0
-        assert main(["report", str(out)]) == 0
-    return out
+    return run_and_report_once(tmp_path_factory.mktemp("aug-tables"), SPEC)
 
 
 def _value(cell: str) -> float:

@@ -15,6 +15,7 @@ from biaslab.cli import main
 from biaslab.datasets import bbq
 from biaslab.evaluators.augmentation import condition_contrasts
 from biaslab.traces.store import RunStore
+from support_runs import bound_nodes, run_and_report_once
 
 SPEC = """
 name = "aug-export"
@@ -33,36 +34,12 @@ n_resamples = 300
 template = "augmentation/exposure"
 directions = ["fairness"]
 targets = ["target"]
-[nodes.abstraction]
-model = "scripted:augmentation-swapper"
-[nodes.transform]
-model = "scripted:augmentation-swapper"
-[nodes.scenario]
-model = "scripted:augmentation-swapper"
-[nodes.rephrase]
-model = "scripted:augmentation-swapper"
-[nodes.validator_1]
-model = "scripted:augmentation-swapper"
-[nodes.validator_2]
-model = "scripted:augmentation-swapper"
-[nodes.validator_3]
-model = "scripted:augmentation-swapper"
-[nodes.judge]
-model = "scripted:augmentation-swapper"
-"""
+""" + bound_nodes("scripted:augmentation-swapper")
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("aug-export")
-    spec = root / "spec.toml"
-    spec.write_text(SPEC)
-    out = root / "run"
-    with pytest.MonkeyPatch.context() as mp:  # a module fixture runs before isolated_cache
-        mp.setenv("BIASLAB_CACHE", str(root / "cache.sqlite"))
-        assert main(["run", str(spec), "--out", str(out), "--quiet"]) == 0
-        assert main(["report", str(out)]) == 0
-    return out
+    return run_and_report_once(tmp_path_factory.mktemp("aug-export"), SPEC)
 
 
 def test_export_bbq_round_trips_through_the_bbq_reader(run, tmp_path):

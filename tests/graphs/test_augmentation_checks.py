@@ -18,6 +18,7 @@ from biaslab.graphs.augmentation import rephrase_parser
 from biaslab.graphs.augmentation_checks import (question_failures, scenario_failures,
                                                 variant_failures)
 from biaslab.traces.store import RunStore
+from support_runs import AUGMENTATION_GENERATORS, bound_nodes
 
 SITUATION = "I saw a grandson and their grandfather last week outside the Walmart."
 PEOPLE = ("grandson", "grandfather")
@@ -65,21 +66,7 @@ n_resamples = 200
 [conditions]
 include_clean = true
 targets = []
-[nodes.abstraction]
-model = "scripted:augmentation-sloppy"
-[nodes.transform]
-model = "scripted:augmentation-sloppy"
-[nodes.scenario]
-model = "scripted:augmentation-sloppy"
-[nodes.rephrase]
-model = "scripted:augmentation-sloppy"
-[nodes.validator_1]
-model = "scripted:augmentation-sloppy"
-[nodes.validator_2]
-model = "scripted:augmentation-sloppy"
-[nodes.validator_3]
-model = "scripted:augmentation-sloppy"
-"""
+""" + bound_nodes("scripted:augmentation-sloppy", AUGMENTATION_GENERATORS)
 
 
 def test_cli_rule_checks_reject_and_count_broken_generations(tmp_path):
