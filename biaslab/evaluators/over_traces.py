@@ -26,8 +26,9 @@ from biaslab.agents.providers import parse_model
 from biaslab.errors import UserError
 from biaslab.evaluators.judges import judge_node
 from biaslab.prompts.registry import PromptRegistry
-from biaslab.traces.cache import CallCache, shared_cache_path
+from biaslab.traces.cache import shared_cache_path
 from biaslab.traces.records import CallRecord
+from biaslab.traces.shared_cache import open_shared_cache
 from biaslab.traces.store import STORE_FILE, RunStore
 
 __all__ = ["judge_traces", "TraceJudgement", "default_slots"]
@@ -37,10 +38,16 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 def _open_readonly(run_dir: Path) -> RunStore:
     try:
-        return RunStore(run_dir, readonly=True)
+        store = RunStore(run_dir, readonly=True)
     except sqlite3.DatabaseError as exc:
         raise UserError(f"{run_dir / STORE_FILE} is not a readable biaslab run store "
                         f"({exc})") from None
+    try:
+        store.check_rows()  # a damaged row is named here, not met halfway through judging
+    except BaseException:
+        store.conn.close()
+        raise
+    return store
 
 
 class _EvalState(TypedDict, total=False):
@@ -147,7 +154,7 @@ def judge_traces(run_dir: str | Path, *, node: str, prompt: str, judges: Sequenc
         store.set_meta(eval_settings=settings, source_run=str(run_dir.resolve()),
                        source_fingerprint=source.meta().get("fingerprint"))
     shared = shared_cache_path()
-    caches = [store.cache] + ([CallCache.open_file(shared)] if shared else [])
+    caches = [store.cache] + ([open_shared_cache(shared)] if shared else [])
     gateway = Gateway(caches=caches, concurrency=concurrency, on_store=store.put_cache)
 
     builder = StateGraph(_EvalState, context_schema=CellContext)

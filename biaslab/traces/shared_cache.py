@@ -1,0 +1,216 @@
+"""The cross-run cache file (``BIASLAB_CACHE``), opened so that it can never spoil a run.
+
+The shared cache is an optimisation: a run must give the same cells with it, without it, or
+with it damaged. So, when a run opens it:
+
+- a path that cannot hold it (a directory, a file that is not SQLite, a parent that is a
+  file, a directory that cannot be created or written) stops the run with one line naming
+  the cache and ``--no-cache``, before the run writes anything (`check_shared_cache`);
+- a SQLite file with damaged pages is moved aside to ``<name>.corrupt-<time>`` (with its
+  ``-wal`` and ``-shm`` files), one warning names both paths, and the run starts a fresh one;
+- a file the run may not write is used read-only for the run, with one warning;
+- a file that cannot be opened for another reason (a lock held past the busy timeout, a
+  failing disk) is left alone and not used by the run, with one warning;
+- an error met later (the disk fills, another process holds the lock too long, the file is
+  damaged or replaced mid-run): a failed write makes it read-only for the rest of the run, a
+  failed lookup takes it out of the run; one warning each, never a failed cell, since every
+  answer stays in the run store, which a resume reads first.
+
+Concurrent runs on one cache share every answer that was stored before they ask for it, but
+not the calls in flight: two runs asking the same new question at the same moment both pay.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from biaslab.errors import UserError
+from biaslab.traces.cache import CACHE_DDL, CachedResponse, CallCache
+
+__all__ = ["SharedCache", "check_shared_cache", "open_shared_cache"]
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _warn(message: str) -> None:
+    print(f"biaslab: warning: {message}", file=sys.stderr, flush=True)
+
+
+def _refuse(path: Path, problem: str) -> UserError:
+    return UserError(f"the shared response cache {path} {problem}; point BIASLAB_CACHE at a "
+                     "file in a writable directory, or run with --no-cache")
+
+
+def check_shared_cache(path: str | Path) -> None:
+    """Raise a one-line `UserError` when `path` cannot hold the shared cache. Writes nothing."""
+    path = Path(path)
+    if path.is_dir():
+        raise _refuse(path, "is a directory")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise _refuse(path, f"cannot be created: {parent} is a file")
+            if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+                raise _refuse(path, f"cannot be created: {parent} is not writable")
+            break
+    if path.exists():
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(len(_SQLITE_HEADER))
+        except OSError as exc:
+            raise _refuse(path, f"cannot be read ({exc.strerror or exc})") from None
+        if head and head != _SQLITE_HEADER:
+            raise _refuse(path, "is not a SQLite file (it may be someone else's file)")
+
+
+def _writable(path: Path) -> bool:
+    """Whether SQLite may write `path` (the file, and its directory for the WAL files)."""
+    if path.exists() and not os.access(path, os.W_OK):
+        return False
+    return os.access(path.parent, os.W_OK | os.X_OK)
+
+
+def _move_aside(path: Path, warn: Callable[[str], None]) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+    for suffix in ("-wal", "-shm"):  # a stale WAL must never be applied to the fresh file
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            side.replace(aside.with_name(aside.name + suffix))
+    path.replace(aside)
+    warn(f"the shared response cache {path} is damaged; moved it to {aside} and started "
+         "a fresh one")
+    return aside
+
+
+class SharedCache(CallCache):
+    """A `CallCache` over the shared file whose errors are warnings, never a failed cell.
+
+    Attributes:
+        path: the cache file.
+        read_only: no answer is written to it (it could not be written).
+        broken: it is no longer read either (it failed on a lookup).
+    """
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, *, read_only: bool,
+                 warn: Callable[[str], None] = _warn):
+        self.conn, self.owns, self.path = conn, True, path
+        self.read_only, self.broken = read_only, False
+        self._warn = warn
+
+    def _give_up(self, what: str, exc: sqlite3.Error, *, reads_too: bool) -> None:
+        if reads_too and not self.broken:
+            self.broken = self.read_only = True
+            self._warn(f"the shared response cache {self.path} failed on a {what} ({exc}); it is "
+                       "not used for the rest of this run (the run store keeps every answer)")
+        elif not self.read_only:
+            self.read_only = True
+            self._warn(f"the shared response cache {self.path} could not be written ({exc}); it "
+                       "is read-only for the rest of this run (the run store keeps every answer)")
+
+    def get(self, key: str) -> CachedResponse | None:
+        if self.broken:
+            return None
+        try:
+            return super().get(key)
+        except sqlite3.Error as exc:
+            self._give_up("lookup", exc, reads_too=True)
+            return None
+
+    def put(self, key: str, response: CachedResponse, model: dict[str, Any]) -> None:
+        if self.read_only:
+            return
+        try:
+            super().put(key, response, model)
+        except sqlite3.Error as exc:
+            self._give_up("write", exc, reads_too=False)
+
+    def __len__(self) -> int:
+        try:
+            return 0 if self.broken else super().__len__()
+        except sqlite3.Error:
+            return 0
+
+    def __bool__(self) -> bool:  # an empty cache is still a cache
+        return True
+
+
+def _connect(path: Path, read_only: bool) -> sqlite3.Connection:
+    if read_only:
+        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                               isolation_level=None)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=10000")  # another run may be writing
+    return conn
+
+
+def _healthy(conn: sqlite3.Connection, read_only: bool) -> bool:
+    if not read_only:
+        conn.execute(CACHE_DDL)
+    rows = conn.execute("PRAGMA quick_check").fetchall()
+    return rows == [("ok",)]
+
+
+def _is_damage(exc: sqlite3.Error) -> bool:
+    """Damage in the file itself, as opposed to a lock held too long or a failing disk (which
+    must never cost the cache its answers)."""
+    text = str(exc).lower()
+    return any(word in text for word in ("malformed", "not a database", "corrupt", "damage"))
+
+
+def _unused(path: Path, why: str, warn: Callable[[str], None]) -> SharedCache:
+    """A cache that answers nothing and stores nothing, after one warning saying why."""
+    warn(f"the shared response cache {path} {why}; this run does not use it (the run store "
+         "keeps every answer)")
+    cache = SharedCache(sqlite3.connect(":memory:", isolation_level=None), path,
+                        read_only=True, warn=warn)
+    cache.broken = True
+    return cache
+
+
+def open_shared_cache(path: str | Path, *, warn: Callable[[str], None] = _warn) -> SharedCache:
+    """The shared cache at `path`, checked (`check_shared_cache`), repaired or made read-only
+    as the module docstring says."""
+    path = Path(path)
+    check_shared_cache(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    read_only = not _writable(path)
+    if read_only and not path.exists():
+        raise _refuse(path, "cannot be created")
+    for attempt in (1, 2):
+        conn = None
+        try:
+            conn = _connect(path, read_only)
+            if _healthy(conn, read_only):
+                break
+            damage: sqlite3.Error = sqlite3.DatabaseError("PRAGMA quick_check found damage")
+        except sqlite3.Error as exc:
+            damage = exc
+        if conn is not None:
+            conn.close()
+        if not _is_damage(damage):
+            return _unused(path, f"cannot be opened ({damage})", warn)
+        if read_only:  # damaged, and not ours to move
+            return _unused(path, f"is damaged and read-only ({damage})", warn)
+        if attempt == 2:
+            raise _refuse(path, f"is damaged and could not be replaced ({damage})")
+        try:
+            _move_aside(path, warn)
+        except OSError as exc:
+            raise _refuse(path, f"is damaged and could not be moved aside "
+                                f"({exc.strerror or exc})") from None
+    if read_only:
+        warn(f"the shared response cache {path} is read-only; this run reads answers from it "
+             "but stores none there (the run store keeps every answer)")
+    return SharedCache(conn, path, read_only=read_only, warn=warn)
