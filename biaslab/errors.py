@@ -6,7 +6,7 @@ exits 2. Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-__all__ = ["UserError", "ReplayMiss", "ModelCallError"]
+__all__ = ["UserError", "ReplayMiss", "ModelCallError", "DamagedStore"]
 
 
 class UserError(Exception):
@@ -15,6 +15,12 @@ class UserError(Exception):
 
 class ReplayMiss(UserError):
     """A strict replay asked for a model call that the source trace does not hold."""
+
+
+class DamagedStore(UserError):
+    """A run store holds a row (or lacks a table) that biaslab did not write: damaged JSON in
+    ``cells.coords``, ``outputs.value``, ``calls.record`` or ``meta``, or a dropped table. The
+    message names the store, the table and the row, so nothing is read past it in silence."""
 
 
 class ModelCallError(Exception):

@@ -27,15 +27,16 @@ from typing import Any, Coroutine
 
 from biaslab.traces.store import STORE_FILE, RunStore
 
-__all__ = ["CtrlC", "kept_message"]
+__all__ = ["CtrlC", "kept_message", "run_coroutine"]
 
 EXIT_INTERRUPTED = 130
 """128 + SIGINT: what a shell reports for a command stopped by Ctrl-C."""
 
 
-def kept_message(run_dir: Path, cells_total: int) -> str:
-    """How much of an interrupted run is kept, read from its store, and how to continue."""
-    hint = f"continue with: biaslab run --resume {run_dir}"
+def kept_message(run_dir: Path, cells_total: int | None, hint: str | None = None) -> str:
+    """How much of an interrupted run is kept, read from its store, and how to continue
+    (`hint`: the command that continues it, default ``biaslab run --resume RUN_DIR``)."""
+    hint = f"continue with: {hint or f'biaslab run --resume {run_dir}'}"
     if not (Path(run_dir) / STORE_FILE).is_file():
         return f"interrupted before any cell finished; {hint}"
     try:
@@ -47,7 +48,8 @@ def kept_message(run_dir: Path, cells_total: int) -> str:
     except sqlite3.Error:
         return f"interrupted; finished cells are kept; {hint}"
     done, failed = counts["cells_done"], counts["cells_error"]
-    return (f"interrupted: {done + failed} of {cells_total} cells kept ({done} done, {failed} "
+    of = f" of {cells_total}" if cells_total is not None else ""
+    return (f"interrupted: {done + failed}{of} cells kept ({done} done, {failed} "
             f"failed), {cached} answers cached; {hint}")
 
 
@@ -84,8 +86,12 @@ class CtrlC:
     grace_s = 1.0
     """How long `leave` lets embedded-model calls reach their next token before giving up."""
 
-    def __init__(self, run_dir: Path, cells_total: int):
+    def __init__(self, run_dir: Path, cells_total: int | None, *, hint: str | None = None,
+                 announce: bool = True):
+        """`hint`: the command that continues the run (for the kept message); `announce`:
+        whether the first Ctrl-C says so (a shard worker leaves that to its coordinator)."""
         self.run_dir, self.cells_total = Path(run_dir), cells_total
+        self.hint, self.announce = hint, announce
         self.presses = 0
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -96,9 +102,12 @@ class CtrlC:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._on_sigint)
             self._installed = True
+        _ACTIVE.append(self)
         return self
 
     def __exit__(self, *exc) -> None:
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
         if self._installed:
             signal.signal(signal.SIGINT, self._previous)
             self._installed = False
@@ -119,13 +128,14 @@ class CtrlC:
         self.presses += 1
         if self.presses > 1:
             _say(f"biaslab: Ctrl-C again: quitting now. "
-                 f"{kept_message(self.run_dir, self.cells_total)}")
+                 f"{kept_message(self.run_dir, self.cells_total, self.hint)}")
             _hard_exit(EXIT_INTERRUPTED)
         loop, task = self._loop, self._task
         if loop is None or task is None:
             raise KeyboardInterrupt
-        _say("biaslab: Ctrl-C: stopping; finished cells and returned answers are kept "
-             "(Ctrl-C again to quit at once)")
+        if self.announce:
+            _say("biaslab: Ctrl-C: stopping; finished cells and returned answers are kept "
+                 "(Ctrl-C again to quit at once)")
         loop.call_soon_threadsafe(task.cancel)
 
     def leave(self, code: int = EXIT_INTERRUPTED) -> int:
@@ -143,3 +153,16 @@ class CtrlC:
         if local is not None and not local.wait_native_calls(self.grace_s):
             _hard_exit(code)
         return code
+
+
+_ACTIVE: list[CtrlC] = []
+"""The `CtrlC` blocks entered in this process, innermost last."""
+
+
+def run_coroutine(coro: Coroutine) -> Any:
+    """``asyncio.run(coro)`` under the innermost active `CtrlC` (its first Ctrl-C cancels
+    `coro`, a second quits at once), or plain ``asyncio.run`` outside one. Replays and shard
+    workers run their grid through this, so they stop the way ``biaslab run`` does."""
+    if _ACTIVE:
+        return _ACTIVE[-1].run(coro)
+    return asyncio.run(coro)

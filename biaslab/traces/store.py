@@ -17,7 +17,11 @@ from typing import Any, Iterable, Iterator
 
 import pandas as pd
 
-from biaslab.traces.cache import CallCache
+from pydantic import ValidationError
+
+from biaslab.traces.cache import CACHE_DDL, CallCache
+from biaslab.traces.damage import (TABLES, Damage, damage_error, decode, find_damage,
+                                   missing_tables, tables_error)
 from biaslab.traces.records import CallRecord
 
 __all__ = ["RunStore", "STORE_FILE"]
@@ -59,12 +63,25 @@ class RunStore:
         else:
             self.dir.mkdir(parents=True, exist_ok=True)
             self.conn = sqlite3.connect(self.path, isolation_level=None)
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=NORMAL")
-            for ddl in _DDL:
-                self.conn.execute(ddl)
+        try:
+            # A store missing some of its tables had them dropped: creating them afresh would
+            # let a resume lose the call records without a word (a new file has none at all).
+            missing = missing_tables(self.conn)
+            if missing and len(missing) < len(TABLES):
+                raise tables_error(self.path, missing)
+            if not readonly:
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.execute("PRAGMA synchronous=NORMAL")
+                self.conn.execute("BEGIN")  # all tables or none, even if killed right here
+                for ddl in (*_DDL, CACHE_DDL):
+                    self.conn.execute(ddl)
+                self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.close()
+            raise
         self.cache = CallCache(self.conn) if not readonly else _ReadOnlyCache(self.conn)
         self._in_tx = False
+        self._cells_started = False
         self._last_commit = time.monotonic()
         self.batch_s = 0.0
         """Seconds finished cells may wait to share one commit (0: commit each cell). The runner
@@ -99,7 +116,8 @@ class RunStore:
         self.commit()
 
     def meta(self) -> dict[str, Any]:
-        return {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
+        return {k: decode(v, self.path, "meta", f"key {k!r}", "value")
+                for k, v in self.conn.execute("SELECT key, value FROM meta")}
 
     def put_cache(self, key, response, model) -> None:
         self._begin()
@@ -115,12 +133,18 @@ class RunStore:
         self.start_cells([(cell_id, ord_, coords)])
 
     def start_cells(self, cells: Iterable[tuple[str, int, dict[str, Any]]]) -> None:
-        """Mark cells running (cell id, grid order, coordinates), in one statement."""
+        """Mark cells running (cell id, grid order, coordinates), in one statement.
+
+        The first time, ``meta.cells_started`` is set in the same transaction: a store that
+        has it but no cells was emptied, and a resume refuses it instead of paying again."""
         self._begin()
+        if not self._cells_started:
+            self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('cells_started', 'true')")
+            self._cells_started = True
         now = time.time()
         self.conn.executemany(
             "INSERT INTO cells VALUES (?,?,?,'running',NULL,?,NULL) ON CONFLICT(cell_id) DO UPDATE "
-            "SET status='running', error=NULL, started=excluded.started",
+            "SET status='running', error=NULL, started=excluded.started, coords=excluded.coords",
             [(cell_id, ord_, dumps(coords), now) for cell_id, ord_, coords in cells])
 
     def finish_cell(self, cell_id: str, calls: Iterable[CallRecord],
@@ -159,6 +183,32 @@ class RunStore:
             self.maybe_commit(self.batch_s)
         else:
             self.commit()
+
+    def damage(self) -> list[Damage]:
+        """Rows whose JSON biaslab cannot read (see `biaslab.traces.damage`); [] when sound."""
+        return find_damage(self.conn)
+
+    def check_rows(self) -> None:
+        """Raise `DamagedStore` naming the first damaged row, if any."""
+        found = self.damage()
+        if found:
+            raise damage_error(self.path, found)
+
+    def reset_damaged(self) -> list[Damage]:
+        """Before a resume: cells with a damaged row lose their calls and outputs and run
+        again (their answers are in the cache, so this costs no model calls). Damage outside
+        cells (``meta``) cannot be repaired and raises `DamagedStore`."""
+        found = find_damage(self.conn, limit=1_000_000)
+        if any(d.cell_id is None for d in found):
+            raise damage_error(self.path, [d for d in found if d.cell_id is None])
+        ids = sorted({(d.cell_id,) for d in found})
+        if ids:
+            self._begin()
+            for table in ("calls", "outputs"):
+                self.conn.executemany(f"DELETE FROM {table} WHERE cell_id=?", ids)
+            self.conn.executemany("UPDATE cells SET status='pending' WHERE cell_id=?", ids)
+            self.commit()
+        return found
 
     def reset_unfinished(self) -> int:
         """Before a resume: cells that were running when the run died start again.
@@ -209,15 +259,24 @@ class RunStore:
     def cells(self) -> pd.DataFrame:
         frame = pd.read_sql_query("SELECT * FROM cells ORDER BY ord", self.conn)
         if len(frame):
-            coords = pd.DataFrame([json.loads(c) for c in frame["coords"]])
+            coords = pd.DataFrame([decode(c, self.path, "cells", f"cell {cid!r}", "coords", cid)
+                                   for cid, c in zip(frame["cell_id"], frame["coords"])])
             frame = pd.concat([frame.drop(columns="coords"), coords], axis=1)
         return frame
 
     def iter_calls(self, cell_id: str | None = None) -> Iterator[CallRecord]:
-        query = "SELECT record FROM calls" + (" WHERE cell_id=?" if cell_id else "") + \
-            " ORDER BY cell_id, seq"
-        for (record,) in self.conn.execute(query, (cell_id,) if cell_id else ()):
-            yield CallRecord.model_validate_json(record)
+        query = "SELECT id, cell_id, seq, record FROM calls" + \
+            (" WHERE cell_id=?" if cell_id else "") + " ORDER BY cell_id, seq"
+        for rowid, cid, seq, record in self.conn.execute(query, (cell_id,) if cell_id else ()):
+            try:
+                yield CallRecord.model_validate_json(record)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(map(str, first["loc"]))
+                reason = f"is not a call record ({where + ': ' if where else ''}{first['msg']})"
+                raise damage_error(self.path, [Damage(
+                    "calls", f"rowid {rowid} (cell {cid!r}, call {seq})", "record", cid,
+                    reason)]) from None
 
     def calls(self) -> pd.DataFrame:
         """Every call record as a DataFrame (messages and params kept as Python objects)."""
@@ -228,6 +287,13 @@ class RunStore:
         """The calls' flat columns (and each answer's text) straight from SQLite, without
         rebuilding a `CallRecord` per row: what large-store reports and rescoring read; about
         1 s per million calls where `calls()` takes tens of seconds and far more memory."""
+        try:
+            return self._calls_frame()
+        except sqlite3.OperationalError:  # malformed JSON in a record: say which row
+            self.check_rows()
+            raise
+
+    def _calls_frame(self) -> pd.DataFrame:
         return pd.read_sql_query(
             "SELECT cell_id, seq, node, json_extract(record, '$.item') AS item, "
             "json_extract(record, '$.sample') AS sample, "
@@ -249,13 +315,16 @@ class RunStore:
         for cid, seq, nd, value in self.conn.execute(
                 f"SELECT cell_id, seq, node, value FROM outputs{where} ORDER BY cell_id, seq",
                 args):
-            yield cid, seq, nd, json.loads(value)
+            yield cid, seq, nd, decode(value, self.path, "outputs", f"cell {cid!r}, output {seq}",
+                                       "value", cid)
 
     def finished_outputs(self, node: str) -> Iterator[tuple[dict[str, Any], Any]]:
         """Yields (cell coordinates with ``cell_id``, value) for each output of `node` in a
         finished cell: what a report reads, never half a cell."""
-        coords = {cid: {"cell_id": cid, **json.loads(c)} for cid, c in self.conn.execute(
-            "SELECT cell_id, coords FROM cells WHERE status='done'")}
+        coords = {cid: {"cell_id": cid, **decode(c, self.path, "cells", f"cell {cid!r}",
+                                                 "coords", cid)}
+                  for cid, c in self.conn.execute(
+                      "SELECT cell_id, coords FROM cells WHERE status='done'")}
         for cell_id, _, _, value in self.iter_outputs(node=node):
             if cell_id in coords:
                 yield coords[cell_id], value
@@ -275,6 +344,8 @@ class RunStore:
             "parse_failures": q("SELECT COUNT(*) FROM calls WHERE parse_error IS NOT NULL"
                                 ).fetchone()[0],
             "call_errors": q("SELECT COUNT(*) FROM calls WHERE error IS NOT NULL").fetchone()[0],
+            "tokens_paid": q("SELECT COALESCE(SUM(input_tokens + output_tokens), 0) FROM calls "
+                             "WHERE cache_hit=0").fetchone()[0],
         }
 
     def export(self, out_dir: str | Path, fmt: str = "parquet") -> list[Path]:

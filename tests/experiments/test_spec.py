@@ -12,6 +12,27 @@ from biaslab.cli import main
 GOOD = ('name = "x"\nprotocol = "amplification"\nmodels = ["scripted:amplification-synthetic"]\n')
 
 
+def plugin(build: str, *, top: str = "") -> str:
+    """A protocol file of the user's own whose ``build()`` body is `build`."""
+    return (f"{top}from typing import TypedDict\n"
+            "from langgraph.graph import END, START, StateGraph\n"
+            "from biaslab.agents.context import CellContext\n"
+            "from biaslab.graphs import Protocol, protocol\n\n"
+            "class State(TypedDict, total=False):\n    item: str\n    out: str\n\n"
+            "def answer(state):\n    return {'out': 'x'}\n\n"
+            "@protocol\nclass Mine(Protocol):\n    name = 'mine'\n\n"
+            "    def items(self, options):\n        return ['one']\n\n"
+            "    def build(self, variant, options=None):\n"
+            "        b = StateGraph(State, context_schema=CellContext)\n"
+            "        b.add_node('answer', answer)\n"
+            f"        {build}\n")
+
+
+MINE = 'name = "x"\nprotocol = "mine"\nplugins = ["mine.py"]\nmodels = ["scripted:amplification-synthetic"]\n'
+STUDENT = (Path(__file__).parents[2] / "biaslab" / "datasets" / "files" / "student"
+           / "student-mat.csv")
+
+
 def run(tmp_path: Path, capsys, text: str, *extra: str):
     spec = tmp_path / "spec.toml"
     spec.write_text(text)
@@ -29,15 +50,52 @@ def run(tmp_path: Path, capsys, text: str, *extra: str):
     ("a = " + "[" * 3000 + "]" * 3000 + "\n", r"nested too deeply"),
     (GOOD.replace('"x"', '"../escape"'), r"name: must be letters, digits"),
     (GOOD.replace('"x"', '"/tmp/abs"'), r"name: must be letters, digits"),
+    # A case may bring files, written beside the spec: (spec text, {path: text, or None for
+    # a directory}). A spec with plugins is also drawn with `biaslab graph`, which must fail
+    # the same way.
+    ((MINE, {"mine.py": plugin("b.add_edge(START, 'answer'); b.add_edge('answer', 'nowhere')"
+                               "; return b")}),
+     r"protocol 'mine' build\('default'\): the graph is not valid: .*unknown node `nowhere`"),
+    ((MINE, {"mine.py": plugin("b.add_edge('answer', END); return b")}),
+     r"build\('default'\): the graph is not valid: Graph must have an entrypoint"),
+    ((MINE, {"mine.py": plugin("raise RuntimeError('no graph today')")}),
+     r"protocol 'mine' build\('default'\) raised RuntimeError: no graph today"),
+    ((MINE, {"mine.py": plugin("return None")}),
+     r"build\('default'\) returned NoneType, not a langgraph StateGraph"),
+    ((MINE, {"mine.py": plugin("return b", top="import sys\nsys.exit(0)\n")}),
+     r"plugin .*mine\.py called sys\.exit\(0\); a plugin must not exit"),
+    (GOOD + "[options]\npipelines = []\n", r"protocol 'amplification' has no variant to run"),
+    (GOOD + "[options]\ndatasets = []\n", r"has no items to run .*the grid has 0 cells"),
+    (GOOD + "[run]\nseeds = [true]\n", r"run\.seeds\.0: Input should be a valid integer"),
+    (GOOD + '[options]\ndata_dir = "data\\u0000x"\n',
+     r"options\.data_dir: holds a NUL character"),
+    ('name = "x"\nprotocol = "amplification"\nmodels = ["m"]\n[model_aliases.m]\n'
+     'provider = "openai-compatible"\nmodel = "x"\nbase_url = "http://[::1/v1"\n',
+     r"model table m: base_url: .*not a valid URL \(Invalid IPv6 URL\)"),
+    ((GOOD + '[options]\ndatasets = ["math"]\ndata_dir = "data"\n',
+      {"data/student-mat.csv": "".join(STUDENT.read_text().splitlines(True)[:4])}),
+     r"the math data \(3 rows, 2 failing\) is too small for a 80%/20% split"),
+    (('prompt_overrides = ["mine"]\n' + GOOD, {"mine/amplification/predict.toml": None}),
+     r"prompt override .*predict\.toml is a directory, not a template file"),
 ])
 def test_bad_values_are_one_line(tmp_path, capsys, monkeypatch, text, message):
+    text, files = text if isinstance(text, tuple) else (text, {})
+    for name, content in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).mkdir() if content is None else (tmp_path / name).write_text(content)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
     code, err = run(tmp_path, capsys, text)
     assert code == 2 and err.count("\n") == 1 and err.startswith("biaslab: error:"), err
+    assert "Traceback" not in err
     assert re.search(message, err), err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml", "work"]
+    if "plugins" in text:
+        code = main(["graph", str(tmp_path / "spec.toml")])
+        out, graph_err = capsys.readouterr()
+        assert code == 2 and graph_err.count("\n") == 1 and re.search(message, graph_err)
+    tops = {Path(name).parts[0] for name in files}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted({"spec.toml", "work", *tops})
     assert not any((tmp_path / "work").iterdir())  # no runs/ written anywhere
 
 
