@@ -14,8 +14,9 @@ from typing import Mapping
 __all__ = ["ReportSection", "VIEWER_FILTERS"]
 
 VIEWER_FILTERS = ("protocol", "variant", "item", "condition", "target", "direction", "model",
-                  "seed", "status", "exposure", "cell")
-"""The filters `biaslab view` understands in ``#/cells?key=value`` links."""
+                  "seed", "status", "exposure", "mitigation", "cell")
+"""The filters `biaslab view` understands in ``#/cells?key=value`` links (``exposure``: clean,
+exposed or an exposure arm id; ``mitigation``: a mitigation arm, or none)."""
 
 
 @dataclass(frozen=True)

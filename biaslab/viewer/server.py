@@ -3,7 +3,7 @@
 A JSON API (``/api/...``) answers every view from SQL pages (see `store_queries`), and one
 static page (vanilla JS, no build step) renders Cells, Call detail, Dialogue and Compare. The
 server binds to 127.0.0.1 only: traces can hold anything a model said, so they are not served
-to the network.
+to the network, and it answers only requests addressed to it (see `security`).
 
 Exposure text is found by rendering the run's exposure template again from its recorded
 spec.toml and prompt registry (the exact text the runner injected); when the plan cannot be
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import sqlite3
 import sys
 import threading
 from functools import cached_property
@@ -24,42 +26,20 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from biaslab.errors import UserError
-from biaslab.experiments.reports.html import DEFAULT_VIEWER_PORT
+from biaslab.experiments.reports.html import DEFAULT_VIEWER_PORT, REPORT_FILE
 from biaslab.traces.store import STORE_FILE
-from biaslab.viewer.assets import INDEX_HTML
+from biaslab.viewer.assets import APP_CSS, APP_JS, INDEX_HTML
+from biaslab.viewer.params import BadRequest, check_lengths, whole_number
+from biaslab.viewer.security import (REPORT_POLICY, allowed_hosts, host_allowed,
+                                     security_headers)
+from biaslab.viewer.spans import aligned_rows, diff_span, highlight_spans
 from biaslab.viewer.store_queries import ViewerQueries
 
-__all__ = ["ViewerApp", "make_server", "serve", "highlight_spans", "DEFAULT_VIEWER_PORT"]
+__all__ = ["ViewerApp", "make_server", "serve", "highlight_spans", "diff_span", "aligned_rows",
+           "DEFAULT_VIEWER_PORT"]
 
 
 _UNSET: Any = object()  # "not looked up yet", unlike None ("no clean cell")
-
-
-def highlight_spans(content: str, texts: list[str]) -> list[list[int]]:
-    """[start, end) spans of every occurrence of each exposure text in a message."""
-    spans = []
-    for text in texts:
-        if not text:
-            continue
-        start = content.find(text)
-        while start >= 0:
-            spans.append([start, start + len(text)])
-            start = content.find(text, start + len(text))
-    return sorted(spans)
-
-
-def diff_span(exposed: str, clean: str) -> list[list[int]]:
-    """The span of `exposed` that differs from `clean` (common prefix and suffix removed)."""
-    if exposed == clean:
-        return []
-    i = 0
-    while i < min(len(exposed), len(clean)) and exposed[i] == clean[i]:
-        i += 1
-    j = 0
-    while (j < min(len(exposed), len(clean)) - i
-           and exposed[len(exposed) - 1 - j] == clean[len(clean) - 1 - j]):
-        j += 1
-    return [[i, len(exposed) - j]] if len(exposed) - j > i else []
 
 
 class ViewerApp:
@@ -73,56 +53,105 @@ class ViewerApp:
         self._lock = threading.Lock()
 
     @cached_property
-    def _exposure_texts(self) -> dict[tuple[str, str], list[str]] | None:
-        """(variant, condition id) → injected texts, from the recorded plan; None if the plan
-        cannot be loaded again."""
+    def _plan(self) -> Any:
+        """The run's plan, loaded again from its spec.toml; None if it cannot be."""
         from biaslab.experiments.replay import load_run_plan
 
         try:
-            plan = load_run_plan(self.run_dir, check_keys=False)
+            return load_run_plan(self.run_dir, check_keys=False)
         except (UserError, Exception) as exc:  # a missing plugin must not stop the viewer
-            print(f"biaslab view: exposure texts come from diffs ({exc})", file=sys.stderr)
+            print(f"biaslab view: exposure texts come from diffs, and cells show no inputs "
+                  f"({exc})", file=sys.stderr)
             return None
-        out = {}
+
+    @cached_property
+    def _arm_texts(self) -> tuple[dict, dict] | None:
+        """Two maps (variant, condition id) → texts, from the recorded plan: what the arm
+        injects (exposures) and what it adds against it (mitigations); None if the plan
+        cannot be loaded again."""
+        plan = self._plan
+        if plan is None:
+            return None
+        exposures, mitigations = {}, {}
         for variant, conditions in plan.conditions.items():
             for condition in conditions:
-                out[(variant, condition.id)] = [e.text(plan.prompts)
-                                                for e in condition.exposures]
-        return out
+                exposures[(variant, condition.id)] = [e.text(plan.prompts)
+                                                      for e in condition.exposures]
+                try:
+                    mitigations[(variant, condition.id)] = [
+                        m.text(plan.prompts) for m in getattr(condition, "mitigations", ())]
+                except Exception:  # noqa: BLE001 - only the marks are lost
+                    mitigations[(variant, condition.id)] = []
+        return exposures, mitigations
 
     def exposure_texts(self, variant: str, condition: str) -> list[str] | None:
         with self._lock:
-            texts = self._exposure_texts
-        return None if texts is None else texts.get((variant, condition), [])
+            texts = self._arm_texts
+        return None if texts is None else texts[0].get((variant, condition), [])
+
+    def mitigation_texts(self, variant: str, condition: str) -> list[str]:
+        """The mitigation instructions of a cell's arm (empty when it has none)."""
+        with self._lock:
+            texts = self._arm_texts
+        return [] if texts is None else texts[1].get((variant, condition), [])
+
+    def inputs(self, cell: dict[str, Any]) -> dict[str, Any] | None:
+        """What the cell's graph started from (the protocol's ``initial_state`` for its item:
+        a dialogue's seed stereotype, a record's fields), so that a page can show the item
+        before the outputs; None when the plan or the item cannot be loaded again."""
+        if "damaged" in cell:
+            return None
+        with self._lock:
+            plan = self._plan
+            if plan is None:
+                return None
+            try:
+                state = plan.protocol.initial_state(cell["variant"], cell["item"],
+                                                    int(cell["seed"]), plan.options)
+            except Exception:  # noqa: BLE001 - an item gone from a dataset hides only this
+                return None
+        return {k: v for k, v in dict(state).items() if _plain_value(v)}
 
     # -- API --------------------------------------------------------------------------------
+    def report_html(self) -> str | None:
+        """The run's report.html with its viewer links made relative, so that they open this
+        server whatever port it listens on; None when the run has no report."""
+        path = self.run_dir / REPORT_FILE
+        if not path.is_file():
+            return None
+        return _VIEWER_HREF.sub('href="/#/', path.read_text(encoding="utf-8", errors="replace"))
+
     def api(self, route: str, params: dict[str, str]) -> Any:
         q = self.q
+        check_lengths(params)
         if route == "meta":
             return {"run_dir": str(self.run_dir.resolve()), "meta": q.meta(),
-                    "facets": q.facets(), "has_dialogues": q.has_dialogues()}
+                    "facets": q.facets(), "has_dialogues": q.has_dialogues(),
+                    "has_report": (self.run_dir / REPORT_FILE).is_file()}
         if route == "cells":
-            return q.cells(params, limit=params.get("limit", 50),
-                           offset=params.get("offset", 0))
+            return q.cells(params, limit=whole_number(params, "limit", 50),
+                           offset=whole_number(params, "offset"))
         if route == "calls":
-            return q.calls(params, limit=params.get("limit", 50), after=params.get("after", 0))
+            return q.calls(params, limit=whole_number(params, "limit", 50),
+                           after=whole_number(params, "after"))
         if route == "cell":
             cell = q.cell(params.get("id", ""))
             if cell is None:
                 raise KeyError("no such cell")
             return {"cell": cell, "calls": q.cell_calls(cell["cell_id"],
-                                                        offset=params.get("offset", 0)),
+                                                        offset=whole_number(params, "offset")),
                     "outputs": q.outputs(cell["cell_id"]),
                     "siblings": q.siblings(cell["cell_id"]),
+                    "inputs": self.inputs(cell),
                     "has_dialogue": q.dialogue(cell["cell_id"]) is not None}
         if route == "call":
-            return self.call_detail(int(params.get("id", 0)))
+            return self.call_detail(whole_number(params, "id"))
         if route == "dialogue":
             cell = q.cell(params.get("cell", ""))
             dialogue = q.dialogue(params.get("cell", ""))
             if cell is None or dialogue is None:
                 raise KeyError("no dialogue in this cell")
-            return {"cell": cell, "dialogue": dialogue}
+            return {"cell": cell, "dialogue": dialogue, "inputs": self.inputs(cell)}
         if route == "compare":
             return self.compare(params.get("cell", ""), params.get("other"))
         raise KeyError(f"unknown API route {route}")
@@ -149,8 +178,12 @@ class ViewerApp:
                 spans.append(diff_span(m.get("content", ""), ref) if other else [])
             if other and len(call["messages"]) > len(other["messages"]):
                 spans[0] = [[0, len(call["messages"][0].get("content", ""))]]
+        mitigations = self.mitigation_texts(cell.get("variant", ""), cell["condition"])
         return {**call, "exposure_texts": texts or [], "highlights": spans,
-                "highlight_method": method if call.get("exposed") else None}
+                "highlight_method": method if call.get("exposed") else None,
+                "mitigation_texts": mitigations,
+                "mitigation_highlights": [highlight_spans(m.get("content", ""), mitigations)
+                                          for m in call["messages"]]}
 
     def clean_counterpart(self, cell: dict[str, Any]) -> dict[str, Any] | None:
         return next((s for s in self.q.siblings(cell["cell_id"]) if s["condition"] == "none"),
@@ -161,6 +194,8 @@ class ViewerApp:
         if call is None:
             raise KeyError("no such call")
         cell = self.q.cell(call["cell_id"])
+        if cell is None:
+            raise KeyError(f"call {call_id} names cell {call['cell_id']}, which is not stored")
         judges = self.q.judge_calls(call["cell_id"], exclude=call_id)
         same = [j for j in judges if j["item"] == call.get("item")]
         return {"call": self._marked(call, cell), "cell": cell,
@@ -193,7 +228,18 @@ class ViewerApp:
             sides.append({"cell": side,
                           "calls": [self._marked(c, side, side_clean) for c in calls],
                           "outputs": self.q.outputs(side["cell_id"], limit=60)})
-        return {"left": sides[0], "right": sides[1], "siblings": siblings}
+        rows = aligned_rows(sides[0]["calls"] if sides[0] else [],
+                            sides[1]["calls"] if sides[1] else [])
+        return {"left": sides[0], "right": sides[1], "siblings": siblings, "rows": rows}
+
+
+def _plain_value(value: Any) -> bool:
+    """Whether an input is worth showing as a field: text, a number, a flag (no frames)."""
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+_VIEWER_HREF = re.compile(r'href="http://127\.0\.0\.1:\d+/#/')
+"""How report.html links into the viewer (`viewer_link`)."""
 
 
 def _finite(value: Any) -> Any:
@@ -210,9 +256,16 @@ def _finite(value: Any) -> Any:
 def _handler(app: ViewerApp):
     class Handler(BaseHTTPRequestHandler):
         server_version = "biaslab-view"
+        policy: str | None = None  # per response; None: the viewer page's policy
 
         def log_message(self, fmt, *args):  # quiet: the terminal shows only the URL
             pass
+
+        def end_headers(self):
+            # here, so that http.server's own error pages (414, 501...) carry them too
+            for name, value in security_headers(*([self.policy] if self.policy else [])):
+                self.send_header(name, value)
+            super().end_headers()
 
         def _send(self, code: int, body: bytes, ctype: str) -> None:
             self.send_response(code)
@@ -222,26 +275,74 @@ def _handler(app: ViewerApp):
             self.end_headers()
             self.wfile.write(body)
 
+        def _json(self, code: int, data: Any) -> None:
+            self._send(code, json.dumps(_finite(data), default=str).encode(),
+                       "application/json")
+
+        def send_error(self, code, message=None, explain=None):
+            """http.server's own refusals (a request line over 64 kB, another method, a
+            malformed request) as one-line JSON, like the API's."""
+            self.close_connection = True
+            short, _ = self.responses.get(code, ("error", ""))
+            self.policy = None
+            body = json.dumps({"error": f"{code} {message or short}"}).encode()
+            self.send_response(code, message)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+                self.wfile.write(body)
+
         def do_GET(self):  # noqa: N802 (http.server's name)
+            self.policy = None
+            if not host_allowed(self.headers.get("Host"), self.server.allowed_hosts):
+                # 421: this server is not the one the request names (DNS rebinding)
+                return self._json(421, {"error": "this server answers only requests to "
+                                        + " or ".join(sorted(self.server.allowed_hosts))
+                                        + " (through an SSH tunnel, forward the same port)"})
             url = urlparse(self.path)
             if url.path in ("/", "/index.html"):
                 return self._send(200, INDEX_HTML.encode(), "text/html; charset=utf-8")
+            if url.path == "/app.js":
+                return self._send(200, APP_JS.encode(), "text/javascript; charset=utf-8")
+            if url.path == "/app.css":
+                return self._send(200, APP_CSS.encode(), "text/css; charset=utf-8")
             if url.path == "/favicon.ico":
                 return self._send(204, b"", "image/x-icon")
+            if url.path == f"/{REPORT_FILE}":
+                report = app.report_html()
+                if report is None:
+                    return self._send(404, b"this run has no report.html", "text/plain")
+                self.policy = REPORT_POLICY
+                return self._send(200, report.encode(), "text/html; charset=utf-8")
             if url.path.startswith("/api/"):
-                params = {k: v[-1] for k, v in parse_qs(url.query).items()}
-                try:
-                    data = app.api(url.path.removeprefix("/api/"), params)
-                    code = 200
-                except KeyError as exc:
-                    data, code = {"error": str(exc.args[0] if exc.args else exc)}, 404
-                except (ValueError, TypeError) as exc:
-                    data, code = {"error": f"bad request: {exc}"}, 400
-                body = json.dumps(_finite(data), default=str).encode()
-                return self._send(code, body, "application/json")
+                return self._api(url)
             return self._send(404, b"not found", "text/plain")
 
+        def _api(self, url) -> None:
+            try:
+                params = {k: v[-1] for k, v in parse_qs(url.query, max_num_fields=100).items()}
+                data = app.api(url.path.removeprefix("/api/"), params)
+                code = 200
+            except KeyError as exc:
+                data, code = {"error": str(exc.args[0] if exc.args else exc)}, 404
+            except (ValueError, TypeError) as exc:  # BadRequest included
+                message = str(exc) if isinstance(exc, BadRequest) else f"bad request: {exc}"
+                data, code = {"error": message}, 400
+            except sqlite3.Error as exc:
+                data, code = {"error": f"the run store could not be read: {exc}"}, 500
+                print(f"biaslab view: {url.path}: {exc}", file=sys.stderr)
+            except Exception as exc:  # noqa: BLE001 - one line, never a dropped connection
+                data, code = {"error": f"internal error: {type(exc).__name__}: {exc}"}, 500
+                print(f"biaslab view: {url.path}: {type(exc).__name__}: {exc}",
+                      file=sys.stderr)
+            return self._json(code, data)
+
     return Handler
+
+
+BIND_HOST = "127.0.0.1"
 
 
 def make_server(run_dir: str | Path, port: int = DEFAULT_VIEWER_PORT, *,
@@ -249,19 +350,24 @@ def make_server(run_dir: str | Path, port: int = DEFAULT_VIEWER_PORT, *,
     """A server bound to 127.0.0.1 (port 0 picks a free one); call ``serve_forever``."""
     app = ViewerApp(run_dir, create_indexes=create_indexes)
     try:
-        server = ThreadingHTTPServer(("127.0.0.1", port), _handler(app))
+        server = ThreadingHTTPServer((BIND_HOST, port), _handler(app))
     except OSError as exc:
-        raise UserError(f"cannot listen on 127.0.0.1:{port} ({exc.strerror}); "
+        raise UserError(f"cannot listen on {BIND_HOST}:{port} ({exc.strerror}); "
                         "choose another with --port") from None
+    except OverflowError:
+        raise UserError(f"--port must be between 0 and 65535, got {port}") from None
     server.daemon_threads = True
+    server.allowed_hosts = allowed_hosts(BIND_HOST, server.server_address[1])
     return server
 
 
 def serve(run_dir: str | Path, port: int = DEFAULT_VIEWER_PORT) -> None:
     """Serve until interrupted, printing the URL."""
     server = make_server(run_dir, port)
-    print(f"biaslab view: http://127.0.0.1:{server.server_address[1]}/  (Ctrl-C stops)",
-          flush=True)
+    url = f"http://{BIND_HOST}:{server.server_address[1]}/"
+    report = (f"; its report, with links to this port: {url}{REPORT_FILE}"
+              if (Path(run_dir) / REPORT_FILE).is_file() else "")
+    print(f"biaslab view: {url}  (Ctrl-C stops){report}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

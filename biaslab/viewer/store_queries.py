@@ -4,25 +4,46 @@ The viewer must stay fast on a store with a million call records, so nothing her
 table: cell filters are ``WHERE json_extract(coords, ...)`` clauses with ``LIMIT/OFFSET`` over
 the (small) cells table, call lists use the ``calls(cell_id)`` index or keyset pagination on the
 call id, and a call's JSON record is read only when it is opened.
+
+A row whose JSON is damaged (``cells.coords``, ``calls.record``, ``outputs.value``) is shown
+marked ``damaged`` rather than failing the page: every ``json_extract`` goes through `_jx`,
+which reads invalid JSON as NULL (SQLite would abort the whole query), and the Python side
+warns once per column on stderr.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Mapping
 
-from biaslab.prompts.exposure import condition_id
+from biaslab.prompts.exposure import NO_MITIGATION, condition_id, split_condition_id
 from biaslab.traces.store import STORE_FILE
+from biaslab.viewer.params import MAX_INT
 
 __all__ = ["ViewerQueries", "COORD_FILTERS", "JUDGE_HINTS"]
 
-COORD_FILTERS = ("protocol", "variant", "item", "target", "direction", "model", "seed")
+COORD_FILTERS = ("protocol", "variant", "item", "target", "direction", "model", "seed",
+                 "mitigation")
 JUDGE_HINTS = ("judge", "validator", "guardrail", "classifier", "coherence", "critique")
 """Node-name parts that mark a judging node, whose verdicts the call detail lists."""
 MAX_PAGE = 500
+
+
+def _jx(column: str, path: str) -> str:
+    """``json_extract`` that reads a damaged JSON cell as NULL instead of aborting the query."""
+    return f"json_extract(CASE WHEN json_valid({column}) THEN {column} END, '{path}')"
+
+
+def _seed_value(value: str) -> Any:
+    """A seed filter as SQLite compares it: an integer when it is one that SQLite can hold."""
+    text = str(value)
+    if text.lstrip("-").isdigit() and len(text) <= 20 and abs(int(text)) <= MAX_INT:
+        return int(text)
+    return text
 
 
 class ViewerQueries:
@@ -32,6 +53,7 @@ class ViewerQueries:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / STORE_FILE
         self._local = threading.local()
+        self._warned: set[str] = set()
         if create_indexes:
             self._ensure_indexes()
 
@@ -58,34 +80,55 @@ class ViewerQueries:
             self._local.conn = conn
         return conn
 
+    def _warn_damaged(self, column: str, row: str) -> None:
+        """One stderr line per damaged column, naming the first row found."""
+        if column not in self._warned:
+            self._warned.add(column)
+            print(f"biaslab view: {column} of {row} is not valid JSON; such rows are shown "
+                  "marked 'damaged'", file=sys.stderr)
+
     # -- cells ------------------------------------------------------------------------------
     @staticmethod
     def cell_where(filters: Mapping[str, str], alias: str = "") -> tuple[str, list[Any]]:
-        """WHERE clause (with a leading ``WHERE`` or empty) for the viewer's cell filters."""
+        """WHERE clause (with a leading ``WHERE`` or empty) for the viewer's cell filters.
+
+        ``condition`` is an arm id as the cells name it (``none``, ``target:direction``, either
+        with ``+mit:<arm>``); without the mark it means the unmitigated arm only, so that a
+        mitigated arm never hides among the arm it mitigates."""
         a = f"{alias}." if alias else ""
+        col = f"{a}coords"
         clauses: list[str] = []
         args: list[Any] = []
         for key in COORD_FILTERS:
             value = filters.get(key)
-            if value in (None, ""):
+            if value in (None, "") or (key == "mitigation" and value == NO_MITIGATION):
                 continue
-            clauses.append(f"json_extract({a}coords, '$.{key}') = ?")
-            args.append(int(value) if key == "seed" and str(value).lstrip("-").isdigit()
-                        else value)
+            clauses.append(f"{_jx(col, '$.' + key)} = ?")
+            args.append(_seed_value(value) if key == "seed" else value)
+        if filters.get("mitigation") == NO_MITIGATION:
+            clauses.append(f"COALESCE({_jx(col, '$.mitigation')}, 'none') = 'none'")
         condition = filters.get("condition")
         if condition:
-            if condition == "none":
-                clauses.append(f"json_extract({a}coords, '$.target') = 'none'")
+            exposure_arm, mitigation = split_condition_id(condition)
+            if exposure_arm == "none":
+                clauses.append(f"{_jx(col, '$.target')} = 'none'")
             else:
-                target, _, direction = condition.partition(":")
-                clauses.append(f"json_extract({a}coords, '$.target') = ?")
-                clauses.append(f"json_extract({a}coords, '$.direction') = ?")
+                target, _, direction = exposure_arm.partition(":")
+                clauses.append(f"{_jx(col, '$.target')} = ?")
+                clauses.append(f"{_jx(col, '$.direction')} = ?")
                 args += [target, direction]
-        exposure = filters.get("exposure")
-        if exposure == "clean":
-            clauses.append(f"json_extract({a}coords, '$.target') = 'none'")
+            clauses.append(f"COALESCE({_jx(col, '$.mitigation')}, 'none') = ?")
+            args.append(mitigation)
+        exposure = filters.get("exposure")  # clean, exposed, or an exposure arm id (tables
+        if exposure in ("clean", "none"):    # such as mitigation_effects.csv link with one)
+            clauses.append(f"{_jx(col, '$.target')} = 'none'")
         elif exposure == "exposed":
-            clauses.append(f"json_extract({a}coords, '$.target') != 'none'")
+            clauses.append(f"{_jx(col, '$.target')} != 'none'")
+        elif exposure:
+            target, _, direction = split_condition_id(exposure)[0].partition(":")
+            clauses.append(f"{_jx(col, '$.target')} = ?")
+            clauses.append(f"{_jx(col, '$.direction')} = ?")
+            args += [target, direction]
         if filters.get("status"):
             clauses.append(f"{a}status = ?")
             args.append(filters["status"])
@@ -97,13 +140,20 @@ class ViewerQueries:
             args.append(f"%{filters['q']}%")
         return ("WHERE " + " AND ".join(clauses)) if clauses else "", args
 
-    @staticmethod
-    def _cell_row(row: sqlite3.Row) -> dict[str, Any]:
-        coords = json.loads(row["coords"])
-        condition = condition_id(str(coords.get("target")), str(coords.get("direction")))
+    def _cell_row(self, row: sqlite3.Row) -> dict[str, Any]:
+        try:
+            coords = json.loads(row["coords"])
+            if not isinstance(coords, dict):
+                raise ValueError("not an object")
+        except (TypeError, ValueError):
+            self._warn_damaged("cells.coords", f"cell {row['cell_id']}")
+            coords = {"damaged": "cells.coords is not valid JSON"}
+        condition = ("?" if "damaged" in coords else
+                     condition_id(str(coords.get("target")), str(coords.get("direction")),
+                                  coords.get("mitigation")))
         out = {"cell_id": row["cell_id"], "ord": row["ord"], "status": row["status"],
                "error": row["error"], "started": row["started"], "finished": row["finished"],
-               "condition": condition, **coords}
+               **coords, "condition": condition}
         if "n_calls" in row.keys():
             out["n_calls"] = row["n_calls"]
         return out
@@ -130,11 +180,15 @@ class ViewerQueries:
         out: dict[str, list[Any]] = {}
         for key in ("protocol", "variant", "model", "seed"):
             out[key] = [r[0] for r in self.conn.execute(
-                f"SELECT DISTINCT json_extract(coords, '$.{key}') AS v FROM cells ORDER BY v")]
-        out["condition"] = [r[0] for r in self.conn.execute(
-            "SELECT DISTINCT CASE WHEN json_extract(coords, '$.target') = 'none' THEN 'none' "
-            "ELSE json_extract(coords, '$.target') || ':' || json_extract(coords, '$.direction')"
-            " END AS v FROM cells ORDER BY v")]
+                f"SELECT DISTINCT {_jx('coords', '$.' + key)} AS v FROM cells "
+                "WHERE json_valid(coords) ORDER BY v")]
+        arms = self.conn.execute(
+            f"SELECT DISTINCT {_jx('coords', '$.target')}, {_jx('coords', '$.direction')}, "
+            f"{_jx('coords', '$.mitigation')} FROM cells WHERE json_valid(coords)").fetchall()
+        out["condition"] = sorted({condition_id(str(t), str(d), m) for t, d, m in arms})
+        out["mitigation"] = sorted({m for _, _, m in arms if m not in (None, NO_MITIGATION)})
+        if out["mitigation"]:
+            out["mitigation"].insert(0, NO_MITIGATION)
         out["status"] = [r[0] for r in self.conn.execute(
             "SELECT DISTINCT status FROM cells ORDER BY status")]
         return out
@@ -151,11 +205,22 @@ class ViewerQueries:
     # -- calls ------------------------------------------------------------------------------
     _CALL_COLUMNS = ("k.id, k.cell_id, k.seq, k.node, k.cache_hit, k.input_tokens, "
                      "k.output_tokens, k.error, k.parse_error, "
-                     "json_extract(k.record, '$.item') AS item, "
-                     "json_extract(k.record, '$.sample') AS sample, "
-                     "json_extract(k.record, '$.attempt') AS attempt, "
-                     "json_extract(k.record, '$.exposed') AS exposed, "
-                     "json_extract(k.record, '$.latency_s') AS latency_s")
+                     f"{_jx('k.record', '$.item')} AS item, "
+                     f"{_jx('k.record', '$.sample')} AS sample, "
+                     f"{_jx('k.record', '$.attempt')} AS attempt, "
+                     f"{_jx('k.record', '$.exposed')} AS exposed, "
+                     f"{_jx('k.record', '$.latency_s')} AS latency_s, "
+                     "json_valid(k.record) AS record_ok")
+
+    def _call_rows(self, rows) -> list[dict[str, Any]]:
+        out = []
+        for r in rows:
+            call = dict(r)
+            if not call.pop("record_ok"):
+                self._warn_damaged("calls.record", f"call {call['id']}")
+                call["damaged"] = "calls.record is not valid JSON"
+            out.append(call)
+        return out
 
     def calls(self, filters: Mapping[str, str], *, limit: int = 50, after: int = 0
               ) -> dict[str, Any]:
@@ -184,7 +249,7 @@ class ViewerQueries:
         rows = self.conn.execute(
             f"SELECT {self._CALL_COLUMNS} FROM calls k {join} WHERE {' AND '.join(clauses)} "
             f"ORDER BY {order} LIMIT ?", [*args, limit + 1]).fetchall()
-        out = [dict(r) for r in rows[:limit]]
+        out = self._call_rows(rows[:limit])
         return {"rows": out, "more": len(rows) > limit, "limit": limit,
                 "next_after": out[-1]["id"] if out and order == "k.id" else None}
 
@@ -192,23 +257,34 @@ class ViewerQueries:
         rows = self.conn.execute(
             f"SELECT {self._CALL_COLUMNS} FROM calls k WHERE k.cell_id = ? ORDER BY k.seq "
             "LIMIT ? OFFSET ?", (cell_id, max(1, min(int(limit), MAX_PAGE)), int(offset)))
-        return [dict(r) for r in rows]
+        return self._call_rows(rows)
+
+    def _record(self, call_id: int, text: Any) -> dict[str, Any]:
+        """A call's JSON record, or a ``damaged`` stand-in with no messages."""
+        try:
+            record = json.loads(text)
+            if isinstance(record, dict):
+                return record
+        except (TypeError, ValueError):
+            pass
+        self._warn_damaged("calls.record", f"call {call_id}")
+        return {"damaged": "calls.record is not valid JSON", "messages": []}
 
     def call(self, call_id: int) -> dict[str, Any] | None:
-        row = self.conn.execute("SELECT id, cell_id, seq, record FROM calls WHERE id = ?",
+        row = self.conn.execute("SELECT id, cell_id, seq, node, record FROM calls WHERE id = ?",
                                 (int(call_id),)).fetchone()
         if row is None:
             return None
-        return {"id": row["id"], "cell_id": row["cell_id"], "seq": row["seq"],
-                **json.loads(row["record"])}
+        return {"node": row["node"], **self._record(row["id"], row["record"]),
+                "id": row["id"], "cell_id": row["cell_id"], "seq": row["seq"]}
 
     def matching_call(self, cell_id: str, node: str, item: str, sample: int, attempt: int
                       ) -> dict[str, Any] | None:
         """The call of another cell made by the same node for the same item/sample/attempt."""
         row = self.conn.execute(
             "SELECT id FROM calls WHERE cell_id = ? AND node = ? "
-            "AND json_extract(record, '$.item') = ? AND json_extract(record, '$.sample') = ? "
-            "AND json_extract(record, '$.attempt') = ? LIMIT 1",
+            f"AND {_jx('record', '$.item')} = ? AND {_jx('record', '$.sample')} = ? "
+            f"AND {_jx('record', '$.attempt')} = ? LIMIT 1",
             (cell_id, node, item, sample, attempt)).fetchone()
         return self.call(row[0]) if row else None
 
@@ -223,7 +299,7 @@ class ViewerQueries:
         for r in rows:
             if r["id"] == exclude:
                 continue
-            rec = json.loads(r["record"])
+            rec = self._record(r["id"], r["record"])
             out.append({"id": r["id"], "node": r["node"], "item": rec.get("item"),
                         "sample": rec.get("sample"), "parsed": rec.get("parsed"),
                         "raw": rec.get("raw"), "parse_error": rec.get("parse_error")})
@@ -237,25 +313,38 @@ class ViewerQueries:
             return []
         filters = {k: str(cell[k]) for k in ("variant", "item", "model", "seed") if k in cell}
         where, args = self.cell_where(filters)
+        if "damaged" in cell:  # its grid point is unknown: it stands alone
+            return [cell]
         return [self._cell_row(r) for r in self.conn.execute(
             f"SELECT * FROM cells {where} ORDER BY ord LIMIT 200", args)]
 
     def outputs(self, cell_id: str, limit: int = 200) -> list[dict[str, Any]]:
-        return [{"seq": s, "node": n, "value": json.loads(v)} for s, n, v in self.conn.execute(
-            "SELECT seq, node, value FROM outputs WHERE cell_id = ? ORDER BY seq LIMIT ?",
-            (cell_id, limit))]
+        out = []
+        for seq, node, value in self.conn.execute(
+                "SELECT seq, node, value FROM outputs WHERE cell_id = ? ORDER BY seq LIMIT ?",
+                (cell_id, limit)):
+            try:
+                out.append({"seq": seq, "node": node, "value": json.loads(value)})
+            except (TypeError, ValueError):
+                self._warn_damaged("outputs.value", f"output {seq} of cell {cell_id}")
+                out.append({"seq": seq, "node": node, "value": None,
+                            "damaged": "outputs.value is not valid JSON"})
+        return out
+
+    _DIALOGUE = ("json_valid(value) AND "
+                 "json_type(CASE WHEN json_valid(value) THEN value END, '$.dialogue.turns') "
+                 "= 'array'")
 
     def dialogue(self, cell_id: str) -> dict[str, Any] | None:
         """The cell's dialogue: an output holding ``{"dialogue": {"turns": [...]}}``."""
         row = self.conn.execute(
-            "SELECT value FROM outputs WHERE cell_id = ? AND "
-            "json_type(value, '$.dialogue.turns') = 'array' ORDER BY seq DESC LIMIT 1",
-            (cell_id,)).fetchone()
+            f"SELECT value FROM outputs WHERE cell_id = ? AND {self._DIALOGUE} "
+            "ORDER BY seq DESC LIMIT 1", (cell_id,)).fetchone()
         return json.loads(row[0])["dialogue"] if row else None
 
     def has_dialogues(self) -> bool:
         """Whether the run holds dialogues (looks at a bounded number of outputs)."""
         row = self.conn.execute(
             "SELECT 1 FROM (SELECT value FROM outputs LIMIT 5000) "
-            "WHERE json_type(value, '$.dialogue.turns') = 'array' LIMIT 1").fetchone()
+            f"WHERE {self._DIALOGUE} LIMIT 1").fetchone()
         return row is not None

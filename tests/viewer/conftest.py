@@ -59,3 +59,40 @@ def viewer(multiturn_run, tmp_path):
     yield f"http://127.0.0.1:{server.server_address[1]}", run
     server.shutdown()
     server.server_close()
+
+
+MITIGATIONS_TOML = """
+[mitigations.fairness_reminder]
+targets = "target"
+"""
+
+
+@pytest.fixture(scope="session")
+def mitigated_run(tmp_path_factory):
+    """The same run with a mitigation arm crossed with both exposure arms: 8 cells."""
+    root = tmp_path_factory.mktemp("mitrun")
+    spec = root / "spec.toml"
+    spec.write_text(multiturn_spec_toml() + MITIGATIONS_TOML)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BIASLAB_CACHE", str(root / "cache.sqlite"))
+        assert main(["run", str(spec), "--out", str(root / "run"), "--quiet"]) == 0
+    return root / "run"
+
+
+@pytest.fixture
+def serve_run():
+    """Serve any run directory on a free port; yields a function run_dir → base URL."""
+    from biaslab.viewer import make_server
+
+    servers = []
+
+    def start(run_dir):
+        server = make_server(run_dir, port=0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None,
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(multiturn_run, mitigated_run):
+    """Chromium; the runs are built first, as a run cannot start inside Playwright's loop."""
     with playwright.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield b
@@ -68,7 +69,7 @@ def test_viewer_lists_cells_and_a_filter_narrows_them(page, viewer):
     page.wait_for_selector("#cells tbody tr")
     assert page.locator("#cells tbody tr").count() == 4
     page.select_option("select[data-f=condition]", "target:stereotype")
-    page.wait_for_function("document.querySelectorAll('#cells tbody tr').length === 2")
+    page.wait_for_function("() => document.querySelectorAll('#cells tbody tr').length === 2")
     conditions = page.locator("#cells tbody tr td:nth-child(4)").all_inner_texts()
     assert conditions == ["target:stereotype"] * 2
     assert "of 2 cells" in page.locator("#count").inner_text()
@@ -118,3 +119,131 @@ def test_compare_puts_clean_and_exposed_side_by_side(page, viewer):
     text = page.locator("#compare").inner_text()
     assert "Clean: none" in text and "Exposed: target:stereotype" in text
     assert page.locator("#compare mark.exposure").count() >= 1
+
+
+def test_the_viewer_runs_under_its_policy_which_blocks_inline_script(page, viewer):
+    base, _ = viewer
+    response = page.goto(base + "/")
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    page.wait_for_selector("#cells tbody tr")
+    assert page.console_errors == []  # the page needs nothing the policy forbids
+    # what a model output that slipped past escaping would try: an inline script
+    page.evaluate("""() => { const s = document.createElement('script');
+        s.textContent = 'window.__ran = true'; document.body.appendChild(s);
+        const d = document.createElement('div');
+        d.innerHTML = '<img src=x onerror="window.__ran = true">';
+        document.body.appendChild(d); }""")
+    page.wait_for_timeout(300)
+    assert page.evaluate("() => window.__ran === undefined")
+    assert any("Content Security Policy" in e for e in page.console_errors)
+
+
+def test_report_served_by_the_viewer_links_to_the_served_port(page, viewer):
+    base, _ = viewer
+    assert not base.endswith(":8765")
+    page.goto(base + "/")
+    page.wait_for_selector("#cells tbody tr")
+    page.locator("#report-link").click()
+    page.wait_for_selector("a.vl")
+    assert page.url == base + "/report.html"
+    link = page.locator("a.vl").first
+    assert link.get_attribute("href").startswith("/#/cells?")
+    link.click()
+    page.wait_for_selector("#cells tbody tr")
+    assert page.url.startswith(base + "/#/cells?")
+    assert page.locator("#cells tbody tr").count() >= 1
+    assert page.console_errors == []
+
+
+def test_condition_filter_tells_mitigation_arms_apart(page, mitigated_run, serve_run):
+    base = serve_run(mitigated_run)
+    mitigated = "target:stereotype+mit:target:fairness_reminder"
+    page.goto(base + "/")
+    page.wait_for_selector("#cells tbody tr")
+    assert page.locator("#cells tbody tr").count() == 8
+    options = page.locator("select[data-f=condition] option").all_inner_texts()
+    assert options == ["(all)", "none", "none+mit:target:fairness_reminder",
+                       "target:stereotype", mitigated]
+    page.select_option("select[data-f=condition]", "target:stereotype")
+    page.wait_for_function("() => document.querySelectorAll('#cells tbody tr').length === 2")
+    assert page.locator("#cells tbody tr td:nth-child(4)").all_inner_texts() == \
+        ["target:stereotype"] * 2
+    page.select_option("select[data-f=condition]", mitigated)
+    page.wait_for_function(
+        f"() => [...document.querySelectorAll('#cells tbody tr td:nth-child(4)')]"
+        f".every(td => td.textContent === {mitigated!r})")
+    assert page.locator("#cells tbody tr").count() == 2
+    page.click("#clear")
+    page.wait_for_function("() => document.querySelectorAll('#cells tbody tr').length === 8")
+    page.select_option("select[data-f=mitigation]", "target:fairness_reminder")
+    page.wait_for_function("() => document.querySelectorAll('#cells tbody tr').length === 4")
+    conditions = page.locator("#cells tbody tr td:nth-child(4)").all_inner_texts()
+    assert all("+mit:target:fairness_reminder" in c for c in conditions)
+    # a mitigated target call marks the reminder apart from the exposure
+    page.goto(base + "/#/calls?" + f"node=target&condition={mitigated.replace(':', '%3A')}"
+              .replace("+", "%2B"))
+    page.wait_for_selector("table tbody tr")
+    page.locator("table tbody tr a").first.click()
+    reminder = page.wait_for_selector("#messages mark.mitigation")
+    assert reminder.inner_text().startswith("Before you answer, remember")
+    assert "generalisations" in page.locator("#messages mark.exposure").first.inner_text()
+    assert page.locator("#mitigation").inner_text().startswith("target:fairness_reminder")
+    assert page.console_errors == []
+
+
+def test_dialogue_has_a_legend_and_the_seed_stereotype(page, viewer):
+    base, _ = viewer
+    page.goto(base + "/#/cells?exposure=exposed")
+    page.wait_for_selector("#cells tbody tr")
+    page.locator("a.dlg").first.click()
+    page.wait_for_selector("#turns .turn")
+    legend = page.locator("#legend").inner_text()
+    for label in ("biased", "not biased", "unscored"):
+        assert label in legend
+    # the legend's swatches use the strip's own classes
+    for cls in ("lab-biased", "lab-not", "lab-none"):
+        assert page.locator(f"#legend span.{cls}").count() == 1
+    import json
+    from urllib.request import urlopen
+
+    cell = page.url.split("cell=", 1)[1]  # as the page encoded it
+    with urlopen(f"{base}/api/cell?id={cell}", timeout=10) as r:
+        inputs = json.loads(r.read())["inputs"]
+    assert page.locator("#seed q").inner_text() == inputs["stereotype"] != ""
+    assert page.console_errors == []
+
+
+def test_cell_page_shows_the_item_first_and_folds_the_outputs(page, viewer):
+    base, _ = viewer
+    page.goto(base + "/#/cells?exposure=exposed")
+    page.wait_for_selector("#cells tbody tr")
+    page.locator("#cells tbody tr a").first.click()
+    page.wait_for_selector("#outputs details")
+    assert "stereotype" in page.locator("#inputs").inner_text()
+    inputs_top = page.locator("#inputs").bounding_box()["y"]
+    assert inputs_top < page.locator("#calls").bounding_box()["y"]
+    folded = page.locator("#outputs details")
+    assert folded.count() >= 10
+    assert page.locator("#outputs details[open]").count() == 0
+    assert page.evaluate("() => document.body.scrollHeight") < 3000
+    folded.last.locator("summary").click()
+    assert "turns" in folded.last.locator("pre").inner_text()
+    assert page.console_errors == []
+
+
+def test_compare_lines_the_two_sides_up_and_marks_changed_answers(page, viewer):
+    base, _ = viewer
+    page.goto(base + "/#/cells?exposure=exposed")
+    page.wait_for_selector("#cells tbody tr")
+    page.locator("#cells tbody tr").first.get_by_text("compare").click()
+    page.wait_for_selector("#compare .pair")
+    pairs = page.locator("#compare .pair")
+    assert pairs.count() >= 10
+    for n in range(pairs.count()):
+        left, right = pairs.nth(n).locator(":scope > .box").all()
+        assert left.bounding_box()["y"] == right.bounding_box()["y"]  # side by side, in line
+        assert left.locator("h4 a").inner_text() == right.locator("h4 a").inner_text()
+    changed = page.locator("#compare .pair pre.raw mark.changed")
+    assert changed.count() >= 2
+    assert "generalisation" in " ".join(changed.all_inner_texts())
+    assert page.console_errors == []
