@@ -15,6 +15,7 @@ from biaslab.agents.parsers import OutputConstraint, ParseError, Parser, parse_o
 from biaslab.agents.providers import ModelSpec
 from biaslab.errors import ModelCallError
 from biaslab.prompts.exposure import apply_exposures
+from biaslab.prompts.registry import Message
 from biaslab.traces.records import CallRecord
 
 __all__ = ["ask", "Answer", "CallFailed", "REASK_PROMPT", "call_seed"]
@@ -62,7 +63,8 @@ class Answer:
 async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: str,
               parser: Parser, constraint: OutputConstraint | None = None, item: str = "",
               sample: int = 0, reasks: int = 1, max_tokens: int | None = None,
-              model: ModelSpec | None = None, judged: Sequence[str] = ()) -> Answer:
+              model: ModelSpec | None = None, judged: Sequence[str] = (),
+              history: Sequence[Message] = (), reviewed: int = 0) -> Answer:
     """One LLM decision of `node`, with up to `reasks` re-asks on a parse failure.
 
     Args:
@@ -80,13 +82,30 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
             answer, so a judged text that ends in a look-alike verdict, quoted by the judge,
             cannot stand in for the judge's own (`parse_outside_judged`). The record keeps the
             raw answer.
+        history: turns sent after the rendered prompt; a self-check's are the node's answer
+            and the request to review it (set by `ask` itself, below).
+        reviewed: how many of the node's self-checks `history` already holds.
+
+    A mitigation arm at `AFTER_ANSWER` (a self-check, ``mitigations/self_check``) asks its
+    text after the node's parsed answer, as the next turns of the same conversation with the
+    same model; the node's value is the answer to that, parsed (and re-asked) the same way.
+    Both calls are recorded, the second with item ``<item>|<mitigation name>``.
 
     A call of a turn before a change's first turn (``CellContext.earlier``) is made with the
     earlier turns' settings (`CellContext.for_call`); its record still names the cell's arm.
     """
     arm = ctx.condition.id
+    cell_ctx, given_slots, given_judged = ctx, slots, judged
     ctx = ctx.for_call(item)
     template = ctx.template(node, prompt)
+    # The judge-bias probe: the node sees its inputs with group terms swapped. The judged
+    # texts are swapped too, as the prompt now shows them, so parsing skips their copies.
+    group_swap, swapped_terms = "", 0
+    if ctx.group_swap is not None and ctx.group_swap.applies_to(node):
+        lexicon = ctx.group_swap.lexicon
+        slots, swapped_terms = lexicon.swap_value(dict(slots))
+        judged = tuple(lexicon.swap(text)[0] for text in judged)
+        group_swap = lexicon.ref
     messages = template.render(slots)
     exposures = ctx.condition.exposures_for(node)
     exposure_templates = [ctx.prompts.get(e.template) for e in exposures]
@@ -96,9 +115,12 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
     # A mitigation is applied like an exposure, after it (a reminder answers the instruction
     # it follows); a cell without one renders exactly as before.
     mitigations = ctx.condition.mitigations_for(node)
+    reviews = [m for m in mitigations if m.after_answer][reviewed:]
+    mitigations = tuple(m for m in mitigations if not m.after_answer)
     if mitigations:
         messages = apply_exposures(messages, [(m.position, m.text(ctx.prompts))
                                               for m in mitigations])
+    base, messages = len(messages), [*messages, *history]
     spec = model or ctx.bindings.model_for(node)
     # An unset temperature is the provider's own default: nothing is sent (the papers sample
     # at each model's default; 0 would make repeats and ensembles one answer).
@@ -116,6 +138,7 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
                             prompt_id=template.ref,
                             prompt_hash=template.content_hash,
                             prompt_source=template.origin, messages=messages,
+                            group_swap=group_swap, swapped_terms=swapped_terms,
                             model=ctx.gateway.public(spec), params=params)
         describe = f"node '{node}' item '{item}' sample {sample} attempt {attempt} in cell " \
                    f"{ctx.cell_id} (prompt {template.ref})"
@@ -146,5 +169,13 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
             continue
         record.parsed = value
         ctx.calls.append(record)
+        if reviews:  # a self-check: its request follows this answer, in the same conversation
+            review = reviews[0]
+            turns = [*messages[base:], {"role": "assistant", "content": done.raw},
+                     *review.render_after(ctx.prompts)]
+            return await ask(cell_ctx, node, given_slots, prompt=prompt, parser=parser,
+                             constraint=constraint, item=f"{item}|{review.name}",
+                             sample=sample, reasks=reasks, max_tokens=max_tokens, model=model,
+                             judged=given_judged, history=turns, reviewed=reviewed + 1)
         return Answer(value=value, raw=done.raw)
     return answer

@@ -14,10 +14,11 @@ from typing import Any, Mapping
 from biaslab.agents.gateway import Gateway
 from biaslab.agents.providers import ModelSpec
 from biaslab.prompts.exposure import CLEAN, Condition
+from biaslab.prompts.group_swap import GroupSwap
 from biaslab.prompts.registry import PromptRegistry, PromptTemplate
 from biaslab.traces.records import CallRecord
 
-__all__ = ["CellContext", "Bindings", "EarlierTurns", "turn_of", "TURN_ITEM"]
+__all__ = ["CellContext", "Bindings", "EarlierTurns", "turn_of", "TURN_ITEM", "bound_prompt"]
 
 TURN_ITEM = re.compile(r"turn-(\d+)(?![0-9])")
 """How a call made inside a turn loop names its turn: its ``item`` starts ``turn-<n>`` (1-based)."""
@@ -28,6 +29,17 @@ def turn_of(item: str) -> int | None:
     call outside every turn (a post-hoc rater of the whole dialogue, a single-shot node)."""
     found = TURN_ITEM.match(item or "")
     return int(found.group(1)) if found else None
+
+
+def bound_prompt(binding: str | None, default: str) -> str:
+    """The prompt id a node uses: its binding, else its default. A binding ``@variant`` means
+    that variant of whichever prompt the node uses by default (``@terse`` on E0's and E1's
+    prediction nodes is each one's own terse prompt), as ``replay --prompt @terse`` does."""
+    if not binding:
+        return default
+    if binding.startswith("@"):
+        return f"{default.partition('@')[0]}{binding}"
+    return binding
 
 
 @dataclass(frozen=True)
@@ -48,7 +60,7 @@ class Bindings:
         return self.node_models.get(node, self.model)
 
     def prompt_for(self, node: str, default: str) -> str:
-        return self.node_prompts.get(node, default)
+        return bound_prompt(self.node_prompts.get(node), default)
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,9 @@ class CellContext:
     earlier: EarlierTurns | None = None
     """Settings of the turns before a change that applies from a later turn on; None: every
     call uses this context's own."""
+    group_swap: GroupSwap | None = None
+    """The judge-bias probe: nodes whose slot values and judged texts have their group terms
+    swapped before rendering; None: every node sees its inputs as they are."""
 
     def for_call(self, item: str) -> "CellContext":
         """The context a call labelled `item` is made with: the earlier turns' settings for a

@@ -1,7 +1,8 @@
 """What a spec will cost and what it can detect, before anything runs (``biaslab estimate``).
 
 - `estimate_plan`: cells, calls and tokens per variant and per model under test, from each
-  protocol's `estimate` (a fresh run: no re-asks, no cache hits).
+  protocol's `estimate` (a fresh run: no parse re-asks, no cache hits), plus the re-asks of
+  any self-check mitigation arm.
 - `wall_time_s`: the expected wall time from the endpoints' rate limits (``rps``), the run's
   concurrency and an assumed latency per call.
 - `costs`: the cost from prices the user supplies (a model table's ``price_in_per_mtok`` /
@@ -46,7 +47,7 @@ def estimate_plan(plan: Plan) -> dict[str, Any]:
         key = cell.variant if generic else (cell.variant, cell.item)
         if key not in memo:
             memo[key] = plan.protocol.estimate(cell.variant, cell.item, plan.options)
-        est = memo[key]
+        est = _with_self_checks(plan, cell, memo[key], memo)
         v = per_variant.setdefault(cell.variant, [0, 0.0, 0.0])
         v[0] += 1
         v[1] += est["calls"]
@@ -66,6 +67,29 @@ def estimate_plan(plan: Plan) -> dict[str, Any]:
             "by_variant": {k: {"cells": a, "calls": round(b), "tokens": round(c)}
                            for k, (a, b, c) in per_variant.items()},
             "_by_model": per_model}
+
+
+def _with_self_checks(plan: Plan, cell, est: Mapping[str, float], memo: dict
+                      ) -> Mapping[str, float]:
+    """A cell's estimate plus its self-check re-asks (mitigations at ``after-answer``): one
+    more call per call of each node they target, as that node's own estimate counts them
+    (`Protocol.node_estimates`; the re-ask's prompt also repeats the answer, so its tokens
+    are a little above the estimate's)."""
+    reviews = [m for m in cell.condition.mitigations if m.after_answer]
+    if not reviews:
+        return est
+    key = ("nodes", cell.variant)
+    if key not in memo:
+        memo[key] = plan.protocol.node_estimates(cell.variant, plan.options)
+    nodes = memo[key]
+    extra = [nodes[n] for m in reviews for n in m.targets if n in nodes]
+    out = dict(est)
+    out["calls"] = est["calls"] + sum(e["calls"] for e in extra)
+    out["tokens"] = est["tokens"] + sum(e["tokens"] for e in extra)
+    if "tokens_out" in est:  # each re-ask answers again
+        share = est["tokens_out"] / est["tokens"] if est["tokens"] else 0.0
+        out["tokens_out"] = est["tokens_out"] + share * sum(e["tokens"] for e in extra)
+    return out
 
 
 def wall_time_s(plan: Plan, by_model: Mapping[str, Mapping[str, float]], latency_s: float

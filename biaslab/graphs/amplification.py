@@ -291,6 +291,8 @@ class Amplification(Protocol):
     unit = AnalysisUnit("record", node="finalize", rows="predictions", id="record_id",
                         group="sex", attributes=record_sex, measures=(
                             "p_final", at_least("predicted_fail", "p_final", 0.5), "p_llm"))
+    judge_nodes = ("judge",)
+    """The E2 arbiter: a probability where the LLM and the ML predictor disagree."""
     directions = {
         "pro_female": {"favored": "female students", "other": "male students"},
         "pro_male": {"favored": "male students", "other": "female students"},
@@ -344,7 +346,7 @@ class Amplification(Protocol):
         return {"calls": calls, "tokens": tokens}
 
     def report_sections(self):
-        """The report.html sections of the files `report` writes (see README, amplification)."""
+        """The report.html sections of the files `report` writes (see docs/protocols/amplification.md)."""
         from biaslab.graphs.report_sections import ReportSection as S
 
         link = {"pipeline": "variant", "dataset": "item"}

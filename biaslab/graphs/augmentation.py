@@ -688,6 +688,9 @@ class Augmentation(Protocol):
     Options = AugmentationOptions
     unit = AnalysisUnit("source example", node="finalize", rows="rows", id="item",
                         group="category", strata=("condition",), measures=("dr",))
+    judge_nodes = ("judge",)
+    """The decisive/abstain judge; the validators decide which scenarios exist, so they are
+    not re-weighed (another choice of validator votes would need new target calls)."""
 
     @property
     def directions(self) -> Mapping[str, Mapping[str, str]]:  # type: ignore[override]
@@ -729,7 +732,7 @@ class Augmentation(Protocol):
         return {"calls": calls, "tokens": tokens}
 
     def report_sections(self):
-        """The report.html sections of the files `report` writes (see README, augmentation)."""
+        """The report.html sections of the files `report` writes (see docs/protocols/augmentation.md)."""
         from biaslab.graphs.report_sections import ReportSection as S
 
         # Here "condition" is OCOQ/OCAQ/ASOQ/ASAQ, not an arm; "exposure" is the arm.

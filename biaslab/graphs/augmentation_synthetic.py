@@ -7,7 +7,9 @@
   abstains otherwise; the multiple-choice form follows the same rule. So DR% is 0 on OC and
   ≈ `P_DECISIVE` on AS, and BBQ's ambiguous bias score is 0 on OC and ≈ `P_DECISIVE` on AS.
   Exposed with the ``stereotype`` stance, it behaves on original contexts as on scenarios
-  (DR ≈ `P_DECISIVE` everywhere); exposed with the ``fairness`` stance, it always abstains.
+  (DR ≈ `P_DECISIVE` everywhere); exposed with the ``fairness`` stance, it always abstains,
+  and so it does when reminded of fairness (``mitigations/fairness_reminder``) or asked to
+  check its own answer (``mitigations/self_check``; `biaslab.graphs.synthetic_mitigations`).
   As a *validator* exposed with the ``stereotype`` stance, it also rejects about
   `EXPOSED_REJECT_SHARE` of the scenarios it would have kept (a biased validator that cuts
   the augmented set).
@@ -43,6 +45,7 @@ from biaslab.agents.parsers import quoted_blocks
 from biaslab.agents.providers.scripted import (Rule, ScriptedChatModel, ScriptedRequest,
                                                register_scripted)
 from biaslab.datasets import bbq
+from biaslab.graphs.synthetic_mitigations import reminded, self_checking
 
 __all__ = ["P_DECISIVE", "REVEAL_SHARE", "EXPOSED_REJECT_SHARE", "make_agent",
            "make_strict_validator", "make_sloppy", "lookup", "swap_people", "uniform"]
@@ -234,7 +237,8 @@ def _decision(request: ScriptedRequest, biased: bool) -> tuple[dict | None, bool
     too; under the ``fairness`` exposure never."""
     context, question, options = _split_target(request.user)
     record, verbatim = lookup(context, question, [o.strip() for o in options] or None)
-    if record is None or not biased or _FAIRNESS_STANCE.search(request.system):
+    if record is None or not biased or _FAIRNESS_STANCE.search(request.system) \
+            or reminded(request) or self_checking(request):
         return record, False
     if verbatim and not _STEREOTYPE_STANCE.search(request.system):
         return record, False

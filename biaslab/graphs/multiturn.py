@@ -631,6 +631,8 @@ class Multiturn(Protocol):
     unit = AnalysisUnit("dialogue", node="finalize", rows="dialogue", id="seed_id",
                         group="category", measures=(any_true("ever_biased", "turns", "biased",
                                                              upto="n_turns"), "coherence_rating"))
+    judge_nodes = ("judge",)
+    """The per-turn bias label (it reaches no later turn)."""
     directions = {
         "stereotype": {"view": "largely accurate",
                        "practice": "let them inform your judgements about its members"},
@@ -701,7 +703,7 @@ class Multiturn(Protocol):
         return {"calls": calls, "tokens": tokens}
 
     def report_sections(self):
-        """The report.html sections of the files `report` writes (see README, multiturn)."""
+        """The report.html sections of the files `report` writes (see docs/protocols/multiturn.md)."""
         from biaslab.graphs.report_sections import ReportSection as S
 
         return [

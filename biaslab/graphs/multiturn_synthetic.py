@@ -15,7 +15,9 @@ about `SUSCEPTIBLE_SHARE` of them, decided by a hash of the dialogue's first use
 target never sees the seed), so ratios sit strictly between 0 and 1 and their CIs mean
 something. Exposed to the ``stereotype`` direction (`multiturn/exposure`), a target is biased
 on every turn of a susceptible dialogue. The judge labels a reply biased exactly when it holds
-`BIASED_MARKER`; the guardrail gives such replies risk `BIASED_RISK`. These agents check the
+`BIASED_MARKER`; the guardrail gives such replies risk `BIASED_RISK`. A target reminded of
+fairness (``mitigations/fairness_reminder``, see `biaslab.graphs.synthetic_mitigations`) is
+never biased, exposed or not, and neither is a target's self-check of its reply. These agents check the
 graph, the metrics and the report; they never stand in for a real model's results.
 """
 
@@ -27,6 +29,7 @@ import re
 
 from biaslab.agents.parsers import quoted_blocks
 from biaslab.agents.providers.scripted import Rule, ScriptedChatModel, ScriptedRequest, register_scripted
+from biaslab.graphs.synthetic_mitigations import reminded, self_checking
 
 __all__ = ["PATTERNS", "LATE_FROM", "REEMERGE_TURNS", "SUSCEPTIBLE_SHARE", "BIASED_MARKER",
            "BIASED_RISK", "TARGET_MARKER", "susceptible", "reference_tag", "biased_turn", "make_agent"]
@@ -79,13 +82,17 @@ def _target_turns(request: ScriptedRequest) -> tuple[list[str], list[str], str]:
 
 def _target(pattern: str):
     def respond(request: ScriptedRequest) -> str:
+        checking = self_checking(request)
+        if checking:  # its own reply and the request to review it come last: answer that turn
+            request = ScriptedRequest(request.messages[:-2], request.kwargs, request.index)
         queries, replies, query = _target_turns(request)
         turn = len(queries) + 1
         first = queries[0] if queries else query
         tags = _TAG.findall(replies[-1]) if replies else []
         follows_up = bool(tags) and tags[-1] in query
         biased = susceptible(first) and biased_turn(pattern, turn, follows_up,
-                                                    bool(_EXPOSED.search(request.text)))
+                                                    bool(_EXPOSED.search(request.text))) \
+            and not reminded(request) and not checking
         body = (f"Honestly, {BIASED_MARKER}." if biased else
                 "People in any group differ a lot, so I would not generalise.")
         return f"Turn {turn} reply: {body} [ref {reference_tag(query)}]"

@@ -25,6 +25,8 @@ from pydantic import BaseModel, ConfigDict
 from biaslab.errors import UserError
 from biaslab.graphs.llm_nodes import (LLMNode, TurnLoop, graph_llm_nodes, node_llm_nodes,
                                       turn_loops)
+from biaslab.graphs.headlines import EXPOSED_VS_CLEAN, HeadlineTable
+from biaslab.graphs.plugin_checks import checked_build, exit_error
 from biaslab.graphs.report_sections import ReportSection
 from biaslab.graphs.units import ITEM_UNIT, AnalysisUnit, Measure
 
@@ -62,6 +64,13 @@ class Protocol:
     """What one paired observation is (record, question, dialogue...), its sensitive attribute
     and its measures: exposed and clean arms, and a run and its counterfactual, are compared
     on it. The default takes the cell's item as the unit and every output field as a measure."""
+    judge_nodes: ClassVar[tuple[str, ...]] = ()
+    """The LLM nodes whose answers are verdicts on other nodes' outputs (judges, raters): the
+    panel that judge sensitivity re-weighs (``replay --mode rescore --sensitivity``). A node
+    whose answer steers which calls come next does not belong here."""
+    headline_tables: ClassVar[tuple[HeadlineTable, ...]] = (EXPOSED_VS_CLEAN,)
+    """The report rows a finding rests on (`HeadlineTable`); judge sensitivity gives each
+    one's band over the judge configurations."""
 
     def variants(self, options: BaseModel) -> list[str]:
         """Graph variants in the grid (e.g. pipelines); one, ``default``, unless overridden."""
@@ -89,14 +98,23 @@ class Protocol:
         The default counts each declared LLM node's ``calls`` per visit, times the turn cap for
         nodes inside a turn loop; a protocol with data-dependent routing should override it.
         """
+        per_node = self.node_estimates(variant, options).values()
+        return {"calls": sum(e["calls"] for e in per_node),
+                "tokens": sum(e["tokens"] for e in per_node)}
+
+    def node_estimates(self, variant: str, options: BaseModel) -> dict[str, dict[str, float]]:
+        """Expected ``calls`` and ``tokens`` of each LLM node in one cell, from its declared
+        ``calls`` per visit times the turn cap inside a turn loop (what a self-check re-ask
+        of that node adds, one more call per call; `biaslab estimate`)."""
         builder = self.build(variant, options)
         in_loop = _loop_multipliers(builder)
-        calls = tokens = 0.0
+        out: dict[str, dict[str, float]] = {}
         for node in graph_llm_nodes(builder):
             n = node.calls * in_loop.get(node.name, 1)
-            calls += n
-            tokens += n * (_PROMPT_TOKENS + node.max_tokens)
-        return {"calls": calls, "tokens": tokens}
+            e = out.setdefault(node.name, {"calls": 0.0, "tokens": 0.0})
+            e["calls"] += n
+            e["tokens"] += n * (_PROMPT_TOKENS + node.max_tokens)
+        return out
 
     def power_contrasts(self, options: BaseModel) -> list["PowerContrast"]:
         """The main contrast(s) ``biaslab estimate --power`` sizes, for one model and seed.
@@ -201,6 +219,8 @@ def protocol(cls: type[Protocol]) -> type[Protocol]:
             and known.__module__.startswith("biaslab.")):
         raise UserError(f"protocol name '{cls.name}' is taken by the built-in "
                         f"{known.__module__}; rename the protocol in {cls.__module__}")
+    if not cls.__module__.startswith("biaslab."):  # a user's graph: checked where it is built
+        cls.build = checked_build(cls.build)
     _PROTOCOLS[cls.name] = cls
     return cls
 
@@ -221,6 +241,9 @@ def _load_file(path: str, sha: str):
         spec.loader.exec_module(module)
     except UserError:
         raise
+    except SystemExit as exc:
+        sys.modules.pop(name, None)
+        raise exit_error(f"plugin {path}", exc) from None
     except Exception as exc:
         sys.modules.pop(name, None)
         raise UserError(f"plugin {path} failed to import: {type(exc).__name__}: {exc}") from None
@@ -243,6 +266,8 @@ def _import_module(name: str):
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         raise UserError(f"cannot import protocol module '{name}': {exc}") from None
+    except SystemExit as exc:
+        raise exit_error(f"module '{name}'", exc) from None
     except Exception as exc:
         raise UserError(f"module '{name}' failed to import: {type(exc).__name__}: {exc}"
                         ) from None

@@ -44,6 +44,7 @@ from biaslab.evaluators import roleplay as oracles
 from biaslab.graphs.compose import text_answer
 from biaslab.graphs.llm_nodes import LLMNode, declare_llm
 from biaslab.graphs.registry import Protocol, protocol
+from biaslab.graphs.headlines import EXPOSED_VS_CLEAN, HeadlineTable
 from biaslab.graphs.units import AnalysisUnit
 
 __all__ = ["Roleplay", "RoleplayOptions", "RoleplayState", "CONDITIONS", "JUDGES",
@@ -389,6 +390,10 @@ class Roleplay(Protocol):
     directions = DIRECTIONS
     unit = AnalysisUnit("question", node="oracles", rows="scored", id="qid", group="attribute",
                         strata=("type",), measures=("verdict",))
+    judge_nodes = JUDGES
+    headline_tables = (HeadlineTable("tables/table5.csv", keys=("model", "type"), value="diff",
+                                     ci=("ci_low", "ci_high"), p="p_value"), EXPOSED_VS_CLEAN)
+    """Table 5 (role against no role) first: the paper's main finding."""
 
     def variants(self, options: RoleplayOptions) -> list[str]:
         extra = [BIAS_TYPE_VARIANT] if options.classify_bias_types else []
@@ -449,7 +454,7 @@ class Roleplay(Protocol):
                 for qtype, n in per_type.items()]
 
     def report_sections(self):
-        """The report.html sections of the files `report` writes (see README, roleplay)."""
+        """The report.html sections of the files `report` writes (see docs/protocols/roleplay.md)."""
         from biaslab.graphs.report_sections import ReportSection as S
 
         return [

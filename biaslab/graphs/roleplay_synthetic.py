@@ -14,7 +14,10 @@ probability 0.5 and every no-role question with 0.2 (either key alone keeps the 
 when at least 2 of its 3 answers are, so Table 5 should show ``3p² − 2p³`` per condition.
 
 Under the ``stereotype`` exposure the target's rate rises by `STEREOTYPE_SHIFT`; under
-``fairness`` it drops to 0. The same model answers as the Why judges (honest, except that a
+``fairness`` it drops to 0. Mitigation arms (`biaslab.graphs.synthetic_mitigations`): a target
+reminded of fairness (``mitigations/fairness_reminder``) never answers biased, whatever its role
+or exposure, and neither does a target's self-check (``mitigations/self_check``); a judge
+reminded of fairness ignores its exposure and judges honestly. The same model answers as the Why judges (honest, except that a
 judge exposed to ``stereotype`` calls every answer fair), the bias-type classifier (by
 keywords), and the role and question generators of ``roleplay_generate`` (with one
 near-duplicate role and one placeholder question per list, to exercise the filters).
@@ -43,6 +46,7 @@ from biaslab.agents.providers.scripted import (Rule, ScriptedChatModel, Scripted
 from biaslab.datasets import biaslens
 from biaslab.errors import UserError
 from biaslab.graphs.roleplay import DIRECTIONS
+from biaslab.graphs.synthetic_mitigations import reminded, self_checking
 
 __all__ = ["BIAS_RATES", "DEFAULT_RATE", "STEREOTYPE_SHIFT", "Effect", "parse_effect",
            "biased_draw", "rate_for", "make_agent", "BIASED_WHY", "FAIR_WHY",
@@ -164,7 +168,8 @@ def _question(request: ScriptedRequest) -> str:
 
 def _answer(request: ScriptedRequest, effect: Effect = Effect()) -> str:
     question = _question(request)
-    biased = biased_draw(question, request.kwargs.get("seed", 0), _exposure(request), effect)
+    biased = biased_draw(question, request.kwargs.get("seed", 0), _exposure(request), effect) \
+        and not reminded(request) and not self_checking(request)
     options = biaslens.choice_options(question)
     if options:
         chosen = options[0] if biased else options[-1]
@@ -177,7 +182,7 @@ def _answer(request: ScriptedRequest, effect: Effect = Effect()) -> str:
 
 
 def _judge(request: ScriptedRequest) -> str:
-    if _exposure(request) == "stereotype":
+    if _exposure(request) == "stereotype" and not reminded(request):
         return "FAIR"
     text = dict(quoted_blocks(request.user)).get("quoted-answer", "")
     return "BIASED" if "simply how those groups are" in text else "FAIR"
@@ -262,3 +267,16 @@ def make_agent(effect: Effect = Effect()) -> ScriptedChatModel:
 
 register_scripted("roleplay-synthetic", make_agent,
                   with_option=lambda text: make_agent(parse_effect(text)))
+
+
+def make_contrarian_judge() -> ScriptedChatModel:
+    """A Why judge with a known fault, for judge sensitivity (``--judges
+    scripted:roleplay-contrarian-judge``): it calls every answer the honest judge calls BIASED
+    fair, and every other one biased."""
+    return ScriptedChatModel(name_="roleplay-contrarian-judge", rules=[
+        Rule(r"BIASED if it does|BIASED or FAIR",
+             lambda request: "FAIR" if _judge(request) == "BIASED" else "BIASED"),
+    ])
+
+
+register_scripted("roleplay-contrarian-judge", make_contrarian_judge)

@@ -17,10 +17,16 @@ from biaslab.prompts.registry import Message, PromptRegistry
 
 __all__ = ["Exposure", "Condition", "Position", "POSITIONS", "exposure_conditions",
            "apply_exposures", "CLEAN", "condition_id", "Mitigation", "mitigation_arms",
-           "with_mitigation", "NO_MITIGATION", "MITIGATION_MARK", "split_condition_id"]
+           "with_mitigation", "NO_MITIGATION", "MITIGATION_MARK", "split_condition_id",
+           "AFTER_ANSWER", "MITIGATION_POSITIONS"]
 
 Position = Literal["system-append", "system-replace", "user-prefix", "user-suffix"]
 POSITIONS: tuple[str, ...] = ("system-append", "system-replace", "user-prefix", "user-suffix")
+AFTER_ANSWER = "after-answer"
+"""A mitigation's position that is no injection: its text is asked after the node's answer
+(the answer and the text as the next turns), and the node's value is the answer to that (a
+self-check re-ask)."""
+MITIGATION_POSITIONS: tuple[str, ...] = (*POSITIONS, AFTER_ANSWER)
 
 
 @dataclass(frozen=True)
@@ -118,20 +124,31 @@ class Mitigation:
         name: the mitigation's name in the spec (``fairness_reminder``); names the arm.
         targets: node names that receive the text.
         template: prompt id of the instruction (its ``user`` text is what is injected).
-        position: where the text goes in the rendered messages.
+        position: where the text goes in the rendered messages, or `AFTER_ANSWER`: asked
+            after the node's answer, whose value is then the answer to it.
         slots: values for the template's slots.
     """
 
     name: str
     targets: frozenset[str]
     template: str
-    position: Position = "system-append"
+    position: str = "system-append"
     slots: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.position not in POSITIONS:
-            raise UserError(f"mitigation position must be one of {list(POSITIONS)}, "
+        if self.position not in MITIGATION_POSITIONS:
+            raise UserError(f"mitigation position must be one of {list(MITIGATION_POSITIONS)}, "
                             f"got '{self.position}'")
+
+    @property
+    def after_answer(self) -> bool:
+        """Whether it is a re-ask after the node's answer rather than an injected text."""
+        return self.position == AFTER_ANSWER
+
+    def render_after(self, registry: PromptRegistry) -> list[Message]:
+        """What an `AFTER_ANSWER` mitigation sends after the node's answer: its text (all of
+        its template's texts) as one user turn."""
+        return [{"role": "user", "content": self.text(registry)}]
 
     def text(self, registry: PromptRegistry) -> str:
         template = registry.get(self.template)
@@ -139,7 +156,7 @@ class Mitigation:
 
 
 def mitigation_arms(llm_nodes: Sequence[str], name: str, *, targets: str | Sequence,
-                    template: str, position: Position = "system-append",
+                    template: str, position: str = "system-append",
                     slots: Mapping[str, str] | None = None) -> list[tuple[str, Mitigation]]:
     """One mitigation's arms for a graph: (arm id ``<nodes>:<name>``, `Mitigation`) per
     target set (same keywords and lists as exposure targets), in graph order."""

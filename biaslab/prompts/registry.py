@@ -57,6 +57,9 @@ class PromptTemplate:
     conversation: str = ""
     """The slot whose value (earlier turns as user/assistant messages) is sent as native chat
     turns after the system message and before the user message; "" for none."""
+    position: str = ""
+    """For mitigation templates: where their text goes unless the spec says otherwise (e.g.
+    ``after-answer`` for a self-check, asked after the node's answer); "" for the default."""
 
     @property
     def ref(self) -> str:
@@ -81,6 +84,8 @@ class PromptTemplate:
         parts = [self.system, "\x00", self.user, "\x00", ",".join(self.slots)]
         if self.conversation:  # (templates without one keep their hash)
             parts += ["\x00", f"conversation={self.conversation}"]
+        if self.position:  # likewise
+            parts += ["\x00", f"position={self.position}"]
         for part in parts:
             h.update(part.encode())
         return h.hexdigest()[:16]
@@ -143,10 +148,13 @@ def load_template(path: Path, template_id: str, variant: str) -> PromptTemplate:
     except RecursionError:
         raise UserError(f"prompt {where}: nested too deeply to be a prompt template") from None
     unknown_keys = set(data) - {"slots", "system", "user", "description", "labels",
-                                "conversation"}
+                                "conversation", "position"}
     if unknown_keys:
         raise UserError(f"prompt {where}: unknown key '{sorted(unknown_keys)[0]}' "
-                        "(allowed: slots, system, user, description, labels, conversation)")
+                        "(allowed: slots, system, user, description, labels, conversation, "
+                        "position)")
+    if not isinstance(data.get("position", ""), str):
+        raise UserError(f"prompt {where}: 'position' must be a string such as 'after-answer'")
     labels = data.get("labels", [])
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
         raise UserError(f"prompt {where}: 'labels' must be a list of strings")
@@ -173,7 +181,7 @@ def load_template(path: Path, template_id: str, variant: str) -> PromptTemplate:
     return PromptTemplate(id=template_id, variant=variant, slots=tuple(slots), system=system,
                           user=data["user"], source=str(path),
                           description=data.get("description", ""), labels=tuple(labels),
-                          conversation=conversation)
+                          conversation=conversation, position=data.get("position", ""))
 
 
 def _parse_ref(ref: str) -> tuple[str, str]:
@@ -195,6 +203,10 @@ class PromptRegistry:
             path = Path(root)
             if not path.is_dir():
                 raise UserError(f"prompt overrides directory not found: {path}")
+            for entry in path.rglob("*.toml"):  # else it would shadow nothing, in silence
+                if entry.is_dir():
+                    raise UserError(f"prompt override {entry} is a directory, not a template "
+                                    "file")
             self.roots.append(path)
         self.roots.append(PACKAGE_PROMPTS)
         self._cache: dict[str, PromptTemplate] = {}

@@ -67,3 +67,9 @@ class CallRecord(BaseModel):
     every attempt up to the last. Empty for a first-try answer and for cache hits."""
     cache_hit: bool = False
     """Whether the response came from a cache or a replayed trace instead of a model."""
+    group_swap: str = ""
+    """The lexicon (``name@hash``) whose group terms were swapped in this call's inputs (the
+    judge-bias probe, ``--swap-groups``); empty when the inputs are as the graph gave them."""
+    swapped_terms: int = 0
+    """How many group terms the swap replaced in this call's inputs (0: the text had none, so
+    the call asks exactly what the source asked)."""

@@ -186,6 +186,9 @@ def resolve_scripted(name: str) -> ScriptedChatModel:
     if name in _REGISTRY:
         return _REGISTRY[name]()
     base, at, option = name.partition("@")
+    if at and base == "answer-sheet":  # recorded answers, for judge sensitivity
+        from biaslab.agents.providers.answer_sheet import answer_sheet_model
+        return answer_sheet_model(option)
     if at and base in _WITH_OPTION:
         return _WITH_OPTION[base](option)
     if at and base in _REGISTRY:

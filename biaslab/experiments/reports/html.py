@@ -5,7 +5,8 @@ and protocol reports just wrote), so `run`, `report` and a counterfactual replay
 Sections come from the protocol's `report_sections` declarations; any table or figure that no
 section claims is still shown under a generic caption, so a user's own protocol gets a full
 report without writing HTML. Each table row that names grid coordinates links to the cells
-behind it in ``biaslab view`` (which must be running on the default port for the link to open).
+behind it in ``biaslab view``: opened from disk, the links need the viewer on the default port;
+served by the viewer (``/report.html``), they are relative and follow whatever port it uses.
 """
 
 from __future__ import annotations
@@ -52,6 +53,27 @@ _GENERIC = [
                   "bootstrap p; p_holm (family-wise) and p_bh (false discovery rate) adjust it "
                   "over every tested row (family_size of them). Below 10 pairs: no CI, no p, "
                   "not in the family.", link_columns={"model_a": "model"}),
+    ReportSection("Judge-bias probe (group terms swapped)",
+                  ("tables/judge_bias_probe.csv", "tables/judge_bias_probe_measures.csv"),
+                  how_to_read="A counterfactual in which only the judges saw their inputs with "
+                  "the group terms swapped (he/she, women/men...): per judge and group, how "
+                  "many of the same verdicts flipped, in each direction (flips), and the flip "
+                  "rate with its Wilson 95% CI; 0 flips is a judge that did not react to whom "
+                  "the text is about. For a two-valued verdict, mcnemar_p is McNemar's exact "
+                  "test of a_to_b against b_to_a: small when the flips lean one way. The second "
+                  "table moves each unit measure from the run (source) to the probe.",
+                  link_columns={"group": None}),
+    ReportSection("Judge sensitivity", ("tables/judge_sensitivity.csv",
+                                        "tables/judge_sensitivity_configs.csv",
+                                        "tables/judge_sensitivity_runs.csv"),
+                  how_to_read="Written by replay --mode rescore --sensitivity: each headline "
+                  "row recomputed from the recorded judge votes under every configuration of "
+                  "the panel (recorded, each judge alone, leave one out, majority, unanimity, "
+                  "and alternate judges given with --judges). band_low..band_high is the "
+                  "sensitivity band; sign_flips / significance_flips (p < 0.05, else a 95% CI "
+                  "excluding 0) mark a row whose conclusion depends on the judges, and "
+                  "flipped_by names the configurations that flip it against the recorded one.",
+                  max_rows=60),
     ReportSection("Node outputs", ("tables/outputs.csv",),
                   how_to_read="Every node's state updates, one row per update, nested values "
                   "as dotted columns (the CSV holds all rows).", max_rows=30),
@@ -342,7 +364,9 @@ def write_html_report(store: RunStore, run_dir: str | Path,
         agreement = "agreement" in path.stem or "kappa" in path.stem
         how = ("Agreement between judges (or a judge and a reference): kappa/AC1 near 1 is "
                "agreement, near 0 is chance." if agreement else
-               "A table this protocol writes; see its README section for the columns.")
+               "A table this protocol writes without a caption of its own (a protocol gives its "
+               "tables one with report_sections; the built-in protocols' columns are "
+               "described under docs/protocols/).")
         body.append(_section_html(run_dir, ReportSection(
             f"{'Judge agreement: ' if agreement else ''}{path.stem}",
             (path.relative_to(run_dir).as_posix(),), how_to_read=how), claimed))
@@ -355,7 +379,9 @@ def write_html_report(store: RunStore, run_dir: str | Path,
     fact_rows = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>"
                         for k, v in facts.items() if v != "")
     viewer = (f"Links marked <b>view</b> open <code>biaslab view {html.escape(str(run_dir))}"
-              f"</code>; start it first (it serves on http://127.0.0.1:{DEFAULT_VIEWER_PORT}).")
+              f"</code>; start it first (it serves on http://127.0.0.1:{DEFAULT_VIEWER_PORT}). "
+              "With another <code>--port</code>, open this report from the viewer "
+              f"(http://127.0.0.1:PORT/{REPORT_FILE}), where the links follow that port.")
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         '<meta name="viewport" content="width=device-width, initial-scale=1">',

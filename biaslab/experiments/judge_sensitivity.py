@@ -1,0 +1,325 @@
+"""Judge sensitivity of a finished run: its headline metrics under every judge configuration.
+
+``biaslab replay RUN --mode rescore --sensitivity [--judges A B]`` recomputes the protocol's
+headline rows (`Protocol.headline_tables`) once per configuration of its judge panel
+(`biaslab.evaluators.judge_sensitivity`). The panel is the protocol's judge nodes
+(`Protocol.judge_nodes`) as the run recorded them, plus one member per alternate model: a
+counterfactual replay with the first judge node bound to that model, which pays only that
+node's calls (``evals/judge_sensitivity/alternates/<model>/``; it is reused when run again).
+
+Each configuration is a strict replay of the run whose judge nodes are bound to an answer
+sheet (`biaslab.agents.providers.answer_sheet`) holding, for every judge request of the run,
+the recorded answer that configuration keeps, or no vote. So the protocol's own graph and
+report compute every table (``evals/judge_sensitivity/<configuration>/``), and no model is
+called: every other call must come from the recorded traces, or the replay stops and the
+configuration is reported as not computable.
+
+Written into the run's ``tables/``:
+
+- ``judge_sensitivity.csv``: per headline row, the recorded value, the band (min–max over the
+  configurations), sign and significance flips, and which configurations flip it;
+- ``judge_sensitivity_configs.csv``: every configuration's value, CI and p for every row;
+- ``judge_sensitivity_runs.csv``: what each configuration and alternate cost and met.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Hashable
+
+import pandas as pd
+
+from biaslab.agents.providers.answer_sheet import ANSWER_SHEET, write_answer_sheet
+from biaslab.errors import ReplayMiss, UserError
+from biaslab.evaluators.judge_sensitivity import (Configuration, Vote, configurations,
+                                                  sensitivity_bands)
+from biaslab.experiments.plan import make_plan
+from biaslab.experiments.replay import (check_not_running, counterfactual, load_run_plan,
+                                        load_run_spec, open_run)
+from biaslab.experiments.reports import write_html_report, write_reports
+from biaslab.experiments.runner import run_plan
+from biaslab.experiments.spec import NodeSettings
+from biaslab.graphs.headlines import HeadlineTable
+from biaslab.traces.store import STORE_FILE, RunStore
+
+__all__ = ["judge_sensitivity", "SensitivityResult", "EVAL_DIR", "BANDS_FILE",
+           "CONFIGS_FILE", "RUNS_FILE"]
+
+EVAL_DIR = "evals/judge_sensitivity"
+BANDS_FILE = "tables/judge_sensitivity.csv"
+CONFIGS_FILE = "tables/judge_sensitivity_configs.csv"
+RUNS_FILE = "tables/judge_sensitivity_runs.csv"
+
+Slot = tuple[str, str, int]
+"""One judged text: (cell id, call item, rank of the call's sample among that node's calls on
+the item). Roleplay's three judges give one call each per (cell, answer): the same slot."""
+
+
+@dataclass
+class SensitivityResult:
+    members: list[str]
+    tables: list[Path] = field(default_factory=list)
+    runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    bands: pd.DataFrame = field(default_factory=pd.DataFrame)
+    paid_calls: int = 0
+    """Model calls of the alternates (the configurations make none)."""
+
+
+def _verdict(parsed: Any) -> Hashable | None:
+    """A parsed answer as a comparable verdict: a labelled verdict's label, else the value."""
+    if isinstance(parsed, str):
+        try:  # a JSON object recorded as text
+            parsed = json.loads(parsed) if parsed[:1] in "{[" else parsed
+        except ValueError:
+            pass
+    if isinstance(parsed, dict):  # a label with its reason: the label; else the whole value
+        return parsed["label"] if "label" in parsed else json.dumps(parsed, sort_keys=True)
+    if isinstance(parsed, list):
+        return tuple(parsed)
+    if isinstance(parsed, float) and parsed != parsed:
+        return None
+    return parsed
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value) or value == ""
+
+
+def _judge_calls(store: RunStore, nodes: tuple[str, ...]) -> pd.DataFrame:
+    """The finished cells' judge calls, one row per (cell, node, item, sample): the first
+    attempt's request and the last attempt's answer, its slot and its vote."""
+    cells = store.cells()
+    done = set(cells.loc[cells["status"] == "done", "cell_id"]) if len(cells) else set()
+    calls = store.calls()
+    calls = calls[calls["node"].isin(nodes) & calls["cell_id"].isin(done)]
+    if calls.empty:
+        return pd.DataFrame(columns=["cell_id", "node", "item", "sample", "messages", "seed",
+                                     "slot", "vote"])
+    calls = calls.sort_values(["cell_id", "node", "item", "sample", "attempt"])
+    rows = []
+    for (cell, node, item, sample), part in calls.groupby(["cell_id", "node", "item", "sample"],
+                                                          sort=False):
+        first, last = part.iloc[0], part.iloc[-1]
+        ok = _blank(last["error"]) and _blank(last["parse_error"])
+        verdict = _verdict(last["parsed"]) if ok else None
+        rows.append({"cell_id": cell, "node": node, "item": item, "sample": int(sample),
+                     "messages": first["messages"], "seed": first["params"].get("seed"),
+                     "vote": Vote(last["raw"] if verdict is not None else None, verdict)})
+    frame = pd.DataFrame(rows)
+    frame["rank"] = frame.groupby(["cell_id", "node", "item"])["sample"].rank(method="first")
+    frame["slot"] = [(c, i, int(r) - 1) for c, i, r in zip(frame["cell_id"], frame["item"],
+                                                            frame["rank"])]
+    return frame
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_") or "model"
+
+
+def _alternate(run_dir: Path, node: str, model: str, progress: bool,
+               concurrency: int | None) -> tuple[Path, int]:
+    """The counterfactual with `node` bound to `model` (resumed, so reused, when present)."""
+    out = run_dir / EVAL_DIR / "alternates" / _slug(model)
+    done = counterfactual(run_dir, out, node=node, model=model,
+                          resume=(out / STORE_FILE).is_file(), progress=progress,
+                          concurrency=concurrency)
+    if done.run.interrupted or done.cells_failed:
+        raise UserError(f"--judges {model}: the alternate judge's replay in {out} did not "
+                        f"finish ({done.cells_failed} cells failed); run the same command "
+                        "again to continue it")
+    return out, done.counters.model_calls
+
+
+def _sheet_entries(requests: pd.DataFrame, votes: dict[Slot, dict[str, Vote]],
+                   config: Configuration) -> tuple[list, int, int]:
+    """(sheet entries, withheld answers, conflicting requests) of one configuration."""
+    entries, seen, withheld, conflicts = [], {}, 0, 0
+    for node, slot, messages, seed in zip(requests["node"], requests["slot"],
+                                          requests["messages"], requests["seed"]):
+        chosen = config.answer(votes[slot])
+        raw = votes[slot][node].raw if chosen is None else chosen.raw
+        key = (json.dumps(messages, sort_keys=True), seed)
+        if key in seen:  # the same request in two cells: one answer serves both
+            conflicts += seen[key] != raw
+            continue
+        seen[key] = raw
+        withheld += raw is None
+        entries.append((messages, seed, raw))
+    return entries, withheld, conflicts
+
+
+def _headline_rows(run_dir: Path, tables: tuple[HeadlineTable, ...], config: str
+                   ) -> list[dict[str, Any]]:
+    rows = []
+    for table in tables:
+        path = run_dir / table.path
+        if not path.is_file():
+            continue
+        try:
+            frame = pd.read_csv(path)
+        except pd.errors.EmptyDataError:
+            continue
+        if table.value not in frame:
+            continue
+        keys = [k for k in table.keys if k in frame]
+        for record in frame.to_dict("records"):
+            row = {"table": table.name,
+                   "row": "; ".join(f"{k}={'' if pd.isna(record[k]) else record[k]}"
+                                    for k in keys),
+                   "configuration": config, "value": record[table.value]}
+            if table.ci and all(c in frame for c in table.ci):
+                row["ci_low"], row["ci_high"] = record[table.ci[0]], record[table.ci[1]]
+            if table.p and table.p in frame:
+                row["p"] = record[table.p]
+            rows.append(row)
+    return rows
+
+
+def _configuration_run(run_dir: Path, out: Path, sheet: Path, judge_nodes: list[str],
+                       replay_from: list[RunStore], done: set[str]) -> tuple[int, int]:
+    """Replay the run strictly with its judge nodes on the answer sheet; (sheet answers,
+    failed cells). Raises `ReplayMiss` when a configuration needs a call no trace holds."""
+    spec = load_run_spec(run_dir)
+    nodes = dict(spec.nodes)
+    model = f"scripted:{ANSWER_SHEET}@{sheet.resolve()}"
+    for node in judge_nodes:
+        nodes[node] = nodes.get(node, NodeSettings()).model_copy(update={"model": model})
+    plan = make_plan(spec.model_copy(update={"nodes": nodes}), check_keys=False)
+    result = asyncio.run(run_plan(plan, out, mode="strict", replay_from=replay_from,
+                                  use_shared_cache=False, progress=False,
+                                  only=lambda cell: cell.id in done))
+    store = RunStore(out, readonly=True)
+    try:
+        write_reports(plan, store, out)
+    finally:
+        store.close()
+    return result.counters.model_calls, result.cells_failed
+
+
+def judge_sensitivity(run_dir: str | Path, *, judges: list[str] | None = None,
+                      progress: bool = False, concurrency: int | None = None
+                      ) -> SensitivityResult:
+    """Compute and write the judge sensitivity tables of a finished run (see the module).
+
+    Args:
+        judges: alternate judge models (spec strings or the run's aliases); each pays its
+            judge calls once.
+    Returns the panel's members, the tables written, what each configuration met, and the
+    model calls the alternates paid.
+    """
+    run_dir = Path(run_dir)
+    source = open_run(run_dir)
+    try:
+        check_not_running(run_dir, source)
+        plan = load_run_plan(run_dir, check_keys=False)
+        proto = plan.protocol
+        if not proto.judge_nodes:
+            raise UserError(f"protocol '{proto.name}' declares no judge nodes "
+                            "(Protocol.judge_nodes): judge sensitivity has no panel to re-weigh")
+        calls = _judge_calls(source, tuple(proto.judge_nodes))
+        present = [n for n in proto.judge_nodes if n in set(calls["node"])]
+        if not present:
+            raise UserError(f"{run_dir} holds no calls of the judge nodes "
+                            f"({', '.join(proto.judge_nodes)}) in finished cells")
+        cells = source.cells()
+        done = set(cells.loc[cells["status"] == "done", "cell_id"])
+        kept = sorted({n.name for nodes in plan.llm_nodes.values() for n in nodes}
+                      - set(present))
+    finally:
+        source.close()
+    if len(set(judges or [])) != len(judges or []):
+        raise UserError("--judges: each alternate model once")
+    base = run_dir / EVAL_DIR
+    runs: list[dict[str, Any]] = []
+    votes: dict[Slot, dict[str, Vote]] = {}
+    for node, slot, vote in zip(calls["node"], calls["slot"], calls["vote"]):
+        votes.setdefault(slot, {})[node] = vote
+    members = list(present)
+    runs.append({"configuration": "panel", "status": "", "paid_model_calls": 0,
+                 "note": f"judge nodes re-weighed: {', '.join(present)}; LLM nodes kept as "
+                         f"recorded: {', '.join(kept) or 'none'}"})
+    alternate_dirs, paid = [], 0
+    for model in judges or []:
+        if model in members:
+            raise UserError(f"--judges: '{model}' is the name of a judge node; give a model")
+        out, cost = _alternate(run_dir, present[0], model, progress, concurrency)
+        alternate_dirs.append(out)
+        paid += cost
+        runs.append({"configuration": f"alternate:{model}", "status": "computed",
+                     "judge_answers": None, "withheld": None, "paid_model_calls": cost,
+                     "note": f"counterfactual with {present[0]} bound to {model} in "
+                             f"{out.relative_to(run_dir)}"})
+        store = RunStore(out, readonly=True)
+        try:
+            theirs = _judge_calls(store, (present[0],))
+        finally:
+            store.close()
+        for slot, vote in zip(theirs["slot"], theirs["vote"]):
+            if slot in votes:
+                votes[slot][model] = vote
+        members.append(model)
+    for slot_votes in votes.values():  # a member without a call on a slot has no vote there
+        for member in members:
+            slot_votes.setdefault(member, Vote(None, None))
+    long: list[dict[str, Any]] = []
+    stores = [RunStore(run_dir, readonly=True)] + [RunStore(d, readonly=True)
+                                                   for d in alternate_dirs]
+    try:
+        for config in configurations(members):
+            out = base / _slug(config.name.replace(":", "-"))
+            if out.exists():
+                shutil.rmtree(out)  # a configuration is free: always computed afresh
+            entries, withheld, conflicts = _sheet_entries(calls, votes, config)
+            sheet = write_answer_sheet(base / "sheets" / f"{out.name}.json", entries)
+            row = {"configuration": config.name, "judge_answers": None, "withheld": withheld,
+                   "paid_model_calls": 0}
+            try:
+                answered, failed = _configuration_run(run_dir, out, sheet, present, stores,
+                                                      done)
+            except ReplayMiss as exc:
+                shutil.rmtree(out, ignore_errors=True)
+                runs.append({**row, "status": "not computable",
+                             "note": f"needs calls that no recorded trace holds ({exc})"})
+                continue
+            notes = [f"{failed} cells failed"] if failed else []
+            if conflicts:
+                notes.append(f"{conflicts} identical requests in different cells share one "
+                             "answer")
+            runs.append({**row, "judge_answers": answered,
+                         "status": "partial" if failed else "computed",
+                         "note": "; ".join(notes)})
+            long += _headline_rows(out, proto.headline_tables, config.name)
+    finally:
+        for store in stores:
+            store.close()
+    return _write(run_dir, members, long, runs, paid, proto)
+
+
+def _write(run_dir: Path, members: list[str], long: list[dict[str, Any]],
+           runs: list[dict[str, Any]], paid: int, proto) -> SensitivityResult:
+    tables_dir = run_dir / "tables"
+    tables_dir.mkdir(parents=True, exist_ok=True)
+    configs = pd.DataFrame(long, columns=["table", "row", "configuration", "value", "ci_low",
+                                          "ci_high", "p"])
+    bands = sensitivity_bands(configs) if len(configs) else pd.DataFrame(
+        columns=["table", "row", "recorded", "band_low", "band_high", "n_configurations",
+                 "sign_flips", "significance_flips", "flipped_by"])
+    bands.insert(2, "panel", " ".join(members))
+    runs_frame = pd.DataFrame(runs, columns=["configuration", "status", "judge_answers",
+                                             "withheld", "paid_model_calls", "note"])
+    runs_frame = runs_frame.astype({"judge_answers": "Int64", "withheld": "Int64"})
+    written = []
+    for name, frame in ((BANDS_FILE, bands), (CONFIGS_FILE, configs), (RUNS_FILE, runs_frame)):
+        frame.to_csv(run_dir / name, index=False)
+        written.append(run_dir / name)
+    store = RunStore(run_dir, readonly=True)
+    try:
+        written.append(write_html_report(store, run_dir, proto.report_sections()))
+    finally:
+        store.close()
+    return SensitivityResult(members, written, runs_frame, bands, paid)
