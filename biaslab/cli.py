@@ -26,12 +26,13 @@ def _default_out(spec_name: str, scale: str) -> Path:
 
 
 def cmd_run(args) -> int:
-    from biaslab.experiments.interrupts import CtrlC, kept_message
     from biaslab.experiments.plan import make_plan
-    from biaslab.experiments.reports import write_reports
+    from biaslab.experiments.runner import keep_run_dir_locked
     from biaslab.experiments.spec import load_spec
-    from biaslab.traces.store import RunStore
 
+    if (args.resume and not Path(args.spec).exists() and not args.spec.endswith(".toml")):
+        raise UserError(f"no run directory at {args.spec} to resume (start one with: biaslab "
+                        f"run SPEC.toml --out {args.spec})")
     if Path(args.spec).is_dir():  # a run directory: continue it from its recorded spec
         plan, out = _recorded_run(args)
     else:
@@ -45,8 +46,19 @@ def cmd_run(args) -> int:
                   f"{kept} (add --all-nodes to put them on {args.model} too)", file=sys.stderr)
     if args.lanes:  # recorded with the spec, so shard workers and resumes use it too
         plan.spec.run.lanes = args.lanes
-    resume_hint = f"biaslab run --resume {out}"
+    _check_shared_cache(args)
     print(f"biaslab: {plan.n_cells()} cells → {out}", file=sys.stderr)
+    with keep_run_dir_locked(out):  # the report is written under the run's writer lock
+        return _run_and_report(args, plan, out)
+
+
+def _run_and_report(args, plan, out) -> int:
+    """Run the plan into `out` (it takes the writer lock), then write its report."""
+    from biaslab.experiments.interrupts import CtrlC, kept_message
+    from biaslab.experiments.reports import write_reports
+    from biaslab.traces.store import RunStore
+
+    resume_hint = f"biaslab run --resume {out}"
     # Ctrl-C: the first stops the run (finished cells and returned answers are kept), a second
     # quits at once; see biaslab.experiments.interrupts.
     with CtrlC(out, plan.n_cells()) as ctrl_c:
@@ -81,6 +93,22 @@ def cmd_run(args) -> int:
     return 1 if result.cells_failed else 0
 
 
+def _check_shared_cache(args) -> None:
+    """A shared cache path that cannot work stops the run before anything is written (shard
+    workers open it only after their directories exist). Workers on this machine get it
+    repaired here first, so that no two of them move a damaged cache aside at once."""
+    from biaslab.traces.cache import shared_cache_path
+    from biaslab.traces.shared_cache import check_shared_cache, open_shared_cache
+
+    path = None if args.no_cache else shared_cache_path()
+    if path is None:
+        return
+    if (args.workers or 1) > 1 and args.executor == "local" and not args.shard:
+        open_shared_cache(path).close()
+    else:
+        check_shared_cache(path)
+
+
 def _dispatch_run(args, plan, out, ctrl_c):
     """One process, one shard (``--shard``), or shards in workers (``--workers``, Ray)."""
     from biaslab.experiments import shards
@@ -95,7 +123,8 @@ def _dispatch_run(args, plan, out, ctrl_c):
         result = ctrl_c.run(run_plan(plan, out, resume=args.resume,
                                      concurrency=args.concurrency,
                                      use_shared_cache=not args.no_cache,
-                                     progress=not args.quiet, only=shards.in_shard(i, n)))
+                                     progress=not args.quiet, only=shards.in_shard(i, n),
+                                     shard=True))
         shards.mark_shard(out, i, n)
         return result
     if workers > 1 or args.executor == "ray":
@@ -109,23 +138,41 @@ def _dispatch_run(args, plan, out, ctrl_c):
 
 def cmd_merge(args) -> int:
     from biaslab.experiments.replay import load_run_plan
+    from biaslab.experiments.runner import keep_run_dir_locked
+    from biaslab.experiments.shards import merge_runs, missing_shards
+
+    missing = missing_shards(args.run_dirs)
+    if missing and not args.allow_partial:
+        raise UserError(f"shard{'s' if len(missing) > 1 else ''} {', '.join(missing)} of this "
+                        f"run {'are' if len(missing) > 1 else 'is'} not among the runs to merge; add them, or pass "
+                        "--allow-partial to merge these alone (the tables then cover part "
+                        "of the grid)")
+    with keep_run_dir_locked(args.out):  # the report is written under the writer lock
+        merged = merge_runs(args.run_dirs, args.out)
+        print(f"merged {merged.sources} runs into {merged.out}: {merged.cells_done} cells "
+              f"done, {merged.cells_error} failed", file=sys.stderr)
+        plan = load_run_plan(args.out, check_keys=False)
+        absent = plan.n_cells() - merged.cells_done - merged.cells_error
+        if absent > 0:
+            print(f"biaslab: warning: the merged run lacks {absent} of its {plan.n_cells()} "
+                  f"cells{' (shards ' + ', '.join(missing) + ' missing)' if missing else ''}; "
+                  "its tables cover the rest only", file=sys.stderr)
+        if not args.no_report:
+            _merged_report(plan, Path(args.out))
+    return 0
+
+
+def _merged_report(plan, out: Path) -> None:
     from biaslab.experiments.reports import write_reports
-    from biaslab.experiments.shards import merge_runs
     from biaslab.traces.store import RunStore
 
-    merged = merge_runs(args.run_dirs, args.out)
-    print(f"merged {merged.sources} runs into {merged.out}: {merged.cells_done} cells done, "
-          f"{merged.cells_error} failed", file=sys.stderr)
-    if not args.no_report:
-        plan = load_run_plan(args.out, check_keys=False)
-        store = RunStore(args.out, readonly=True)
-        try:
-            written = write_reports(plan, store, Path(args.out))
-        finally:
-            store.close()
-        for path in written:
-            print(f"  wrote {path}")
-    return 0
+    store = RunStore(out, readonly=True)
+    try:
+        written = write_reports(plan, store, out)
+    finally:
+        store.close()
+    for path in written:
+        print(f"  wrote {path}")
 
 
 def _print_headline(proto, run_dir) -> None:
@@ -141,12 +188,28 @@ def _print_headline(proto, run_dir) -> None:
     console = Console(file=sys.stdout)
     if not console.is_terminal:  # a file or pipe gets whole rows, not wrapped cells
         console.width = 10_000
-    table = Table(title=frame.attrs.get("title"), title_justify="left")
+    title = frame.attrs.get("title")
+    rows = [["" if v is None else str(v) for v in row]
+            for row in frame.itertuples(index=False, name=None)]
+    table = Table(title=title, title_justify="left")
     for col in frame.columns:
         table.add_column(str(col), no_wrap=True)
-    for row in frame.itertuples(index=False, name=None):
-        table.add_row(*("" if v is None else str(v) for v in row))
-    console.print(table)
+    for row in rows:
+        table.add_row(*row)
+    widths = [max([len(str(col))] + [len(row[i]) for row in rows])
+              for i, col in enumerate(frame.columns)]
+    if sum(widths) + 3 * len(widths) + 1 <= console.width:  # the table's borders and padding
+        console.print(table)
+        return
+    # Too wide for the terminal: one block per row, a field per line, so no number is cut.
+    if title:
+        console.print(title, style="bold", soft_wrap=True)
+    names = [str(c) for c in frame.columns]
+    pad = max(map(len, names))
+    for row in rows:
+        console.print()
+        for name, value in zip(names, row):
+            console.print(f"  {name:<{pad}}  {value}", soft_wrap=True, highlight=False)
 
 
 def _recorded_run(args):
@@ -166,7 +229,7 @@ def _recorded_run(args):
     if args.out and Path(args.out).resolve() != run_dir.resolve():
         raise UserError(f"--out {args.out} differs from the run directory {run_dir}; a resumed "
                         "run continues in its own directory")
-    open_run(run_dir).close()  # one line if it is not a readable run
+    open_run(run_dir, check_rows=False).close()  # one line if it is not a readable run
     return load_run_plan(run_dir), run_dir
 
 
@@ -185,13 +248,32 @@ def cmd_replay(args) -> int:
     if args.from_turn is not None and args.mode != "counterfactual":
         raise UserError("--from-turn goes with --mode counterfactual (it says from which turn "
                         "the change applies)")
+    if args.sensitivity and (args.mode != "rescore" or args.judge_node):
+        raise UserError("--sensitivity goes with --mode rescore (and without --judge-node)")
     if args.mode == "rescore":
         if args.judge_node:
             return _judge_traces(args)
         for path in replay.rescore(args.run_dir):
             print(f"wrote {path}")
+        if args.sensitivity:
+            return _judge_sensitivity(args)
         return 0
     out = Path(args.out) if args.out else Path(f"{args.run_dir.rstrip('/')}-{args.mode}")
+    from biaslab.experiments.interrupts import CtrlC
+
+    # Ctrl-C as in `biaslab run`: the first stops the replay (what is finished is kept, for
+    # --resume), a second quits at once.
+    flags = " (with the same flags)" if args.mode == "counterfactual" else ""
+    hint = f"biaslab replay {args.run_dir} --mode {args.mode} --out {out} --resume{flags}"
+    with CtrlC(out, None, hint=hint) as ctrl_c:
+        code = _replay_into(args, out)
+        return ctrl_c.leave(code) if code == 130 else code
+
+
+def _replay_into(args, out: Path) -> int:
+    """A strict or counterfactual replay of ``args.run_dir`` into `out`."""
+    from biaslab.experiments import replay
+
     if args.mode == "strict":
         result, diff = replay.strict_replay(args.run_dir, out, progress=not args.quiet,
                                             resume=args.resume, concurrency=args.concurrency)
@@ -208,16 +290,16 @@ def cmd_replay(args) -> int:
               f"(first: {(diff.different or diff.missing)[0]})")
         return 1
     changes = (args.prompt, args.model, args.directions, args.targets, args.position,
-               args.template, args.overrides, args.mitigation)
+               args.template, args.overrides, args.mitigation, args.swap_groups)
     if not any(changes):
         raise UserError("replay --mode counterfactual needs a change: --node with --prompt, "
-                        "--model or --mitigation, or --directions, --targets, --position, "
-                        "--template, --overrides")
+                        "--model, --mitigation or --swap-groups, or --directions, --targets, "
+                        "--position, --template, --overrides")
     done = replay.counterfactual(args.run_dir, out, node=args.node or "", prompt=args.prompt,
                                  model=args.model, directions=args.directions,
                                  targets=args.targets, position=args.position,
                                  template=args.template, overrides=args.overrides,
-                                 mitigation=args.mitigation,
+                                 mitigation=args.mitigation, swap_groups=args.swap_groups,
                                  from_turn=args.from_turn, resume=args.resume, concurrency=args.concurrency,
                                  use_shared_cache=not args.no_cache, progress=not args.quiet)
     print(done.summary(), file=sys.stderr)
@@ -229,6 +311,22 @@ def cmd_replay(args) -> int:
     for path in [*done.tables, *done.comparison]:
         print(f"wrote {path}")
     return 1 if done.cells_failed else 0
+
+
+def _judge_sensitivity(args) -> int:
+    from biaslab.experiments.judge_sensitivity import judge_sensitivity
+
+    result = judge_sensitivity(args.run_dir, judges=args.judges, progress=not args.quiet,
+                               concurrency=args.concurrency)
+    configs = result.runs[~result.runs["configuration"].str.contains("^(?:alternate:|panel$)")]
+    computed = int((configs["status"] != "not computable").sum())
+    flips = result.bands[result.bands["sign_flips"] | result.bands["significance_flips"]]
+    print(f"judge sensitivity over {' '.join(result.members)}: {computed} configurations, "
+          f"{len(flips)} of {len(result.bands)} headline rows flip sign or significance; "
+          f"{result.paid_calls} model calls paid (alternate judges only)")
+    for path in result.tables:
+        print(f"wrote {path}")
+    return 0
 
 
 def _judge_traces(args) -> int:
@@ -297,9 +395,10 @@ def cmd_protocols(args) -> int:
 
     for plugin in args.plugins or []:
         load_plugin(plugin)
-    if args.spec:
-        _protocol_from_arg(args.spec, None)
-    for name in list_protocols():
+    names = list_protocols()
+    if args.spec:  # the spec's protocol only (its plugins may register others beside it)
+        names = [_protocol_from_arg(args.spec, None)[0].name]
+    for name in names:
         proto = get_protocol(name)
         origin = protocol_origin(proto)
         where = "built in" if origin["builtin"] else (origin["file"] or origin["module"])
@@ -383,7 +482,8 @@ def cmd_estimate(args) -> int:
             _print_power(row)
         if want_power and not report.get("power"):
             print("  power: this spec has no main contrast to size")
-    print("These are estimates of a fresh run (no re-asks, no cache hits), not bounds.")
+    print("These are estimates of a fresh run (no re-asks after a parse failure, no cache "
+          "hits), not bounds.")
     return 0
 
 
@@ -500,6 +600,8 @@ def build_parser() -> argparse.ArgumentParser:
     mg.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     mg.add_argument("--out", required=True, help="the combined run directory")
     mg.add_argument("--no-report", action="store_true", help="skip tables and figures")
+    mg.add_argument("--allow-partial", action="store_true",
+                    help="merge even when some shards of the split are missing (warns)")
     mg.set_defaults(func=cmd_merge)
 
     rep = sub.add_parser("report", help="write tables and figures of a run")
@@ -527,6 +629,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="counterfactual: add a mitigation arm at --node (a name under "
                          "prompts/mitigations/, e.g. fairness_reminder, a prompt id or a .toml "
                          "file); every arm runs with and without it")
+    rp.add_argument("--swap-groups", nargs="?", const="default", metavar="LEXICON",
+                    help="counterfactual: the judge-bias probe: --node (a+b for several) sees "
+                         "its inputs with group terms swapped (he/she, women/men...), by the "
+                         "packaged lexicon or a TOML file of pairs; writes "
+                         "tables/judge_bias_probe.csv")
     rp.add_argument("--overrides", nargs="+", metavar="DIR",
                     help="counterfactual: prompt directories that shadow the run's prompts")
     rp.add_argument("--from-turn", type=int, metavar="K",
@@ -540,7 +647,11 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--judge-node", help="rescore: judge this node's recorded answers")
     rp.add_argument("--judge-prompt", default="evaluators/group_tilt",
                     help="rescore: the judge's prompt (default evaluators/group_tilt)")
-    rp.add_argument("--judges", nargs="+", help="rescore: judge models (k)")
+    rp.add_argument("--judges", nargs="+", help="rescore: judge models (k); with "
+                    "--sensitivity, alternate judges added to the recorded panel")
+    rp.add_argument("--sensitivity", action="store_true",
+                    help="rescore: the headline metrics under every judge configuration "
+                         "(each judge alone, leave one out, majority, unanimity)")
     rp.add_argument("--repeats", type=int, default=1, help="rescore: answers per judge (r)")
     rp.add_argument("--labels", nargs="+", help="rescore: labels, if the prompt declares none")
     rp.add_argument("--eval-name", default="judge", help="rescore: evals/<name>/ directory")
@@ -629,6 +740,9 @@ def main(argv: list[str] | None = None) -> int:
     except sqlite3.DatabaseError as exc:  # a store that no earlier check opened
         print(f"biaslab: error: a run store could not be read ({exc})", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C (or a plugin raising it) outside a run's own handling
+        print("biaslab: interrupted", file=sys.stderr)
+        return 130
 
 
 def _drop_stdout() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -216,8 +217,17 @@ def split_student(df: pd.DataFrame, *, dataset: str, seed: int, test_size: float
     if max_test is not None and max_test < 1:
         raise UserError(f"split_student: max_test must be a positive integer, got {max_test}")
     cols = [*FEATURE_COLUMNS, "sex_code", "fail"]
-    train_idx, test_idx = train_test_split(df.index.to_numpy(), test_size=test_size,
-                                           stratify=df["fail"], random_state=seed)
+    failing = int(df["fail"].sum())
+    size = f"the {dataset} data ({len(df)} rows, {failing} failing)"
+    if df["fail"].nunique() < 2:
+        raise UserError(f"{size} needs both passing and failing students (G3 >= 10 and < 10): "
+                        "the ML predictor and the split are stratified on pass/fail")
+    try:
+        train_idx, test_idx = train_test_split(df.index.to_numpy(), test_size=test_size,
+                                               stratify=df["fail"], random_state=seed)
+    except ValueError as exc:  # too few rows of a class for a stratified split
+        raise UserError(f"{size} is too small for a {1 - test_size:.0%}/{test_size:.0%} split "
+                        f"stratified on pass/fail: {exc}") from None
     if max_test is not None and max_test < len(test_idx):
         y = df.loc[test_idx, "fail"]
         classes = y.nunique()
@@ -389,16 +399,43 @@ def _cached_table(dataset: str, data_dir: str | None) -> pd.DataFrame:
     return load_student(dataset, path)
 
 
+_ONE_AT_A_TIME: dict[tuple, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _single_flight(name: str, key: tuple) -> threading.Lock:
+    """One lock per (cache, key): the first caller computes, the others wait for its result
+    instead of each computing it again (an lru_cache alone lets every thread that misses at
+    once fit the same model)."""
+    with _LOCKS_GUARD:
+        return _ONE_AT_A_TIME.setdefault((name, *key), threading.Lock())
+
+
 @lru_cache(maxsize=256)
-def cached_split(dataset: str, seed: int, max_test: int | None = None,
-                 data_dir: str | None = None) -> StudentSplit:
-    """The split of `dataset` for replicate `seed` (the shipped copy, or ``data_dir``'s)."""
+def _split(dataset: str, seed: int, max_test: int | None, data_dir: str | None) -> StudentSplit:
     return split_student(_cached_table(dataset, data_dir).copy(), dataset=dataset, seed=seed,
                          max_test=max_test)
 
 
 @lru_cache(maxsize=256)
+def _predictor(dataset: str, seed: int, max_test: int | None, data_dir: str | None
+               ) -> MLPredictor:
+    return fit_ml_predictor(cached_split(dataset, seed, max_test, data_dir))
+
+
+def cached_split(dataset: str, seed: int, max_test: int | None = None,
+                 data_dir: str | None = None) -> StudentSplit:
+    """The split of `dataset` for replicate `seed` (the shipped copy, or ``data_dir``'s),
+    made once per process however many cells ask at the same time."""
+    key = (dataset, seed, max_test, data_dir)
+    with _single_flight("split", key):
+        return _split(*key)
+
+
 def cached_ml_predictor(dataset: str, seed: int, max_test: int | None = None,
                         data_dir: str | None = None) -> MLPredictor:
-    """The ML predictor fitted on `cached_split`'s training rows."""
-    return fit_ml_predictor(cached_split(dataset, seed, max_test, data_dir))
+    """The ML predictor fitted on `cached_split`'s training rows, fitted once per process
+    however many cells ask at the same time."""
+    key = (dataset, seed, max_test, data_dir)
+    with _single_flight("predictor", key):
+        return _predictor(*key)

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 from langgraph.graph import StateGraph
 from pydantic import BaseModel
 
-from biaslab.agents.context import Bindings, CellContext, EarlierTurns
+from biaslab.agents.context import Bindings, CellContext, EarlierTurns, bound_prompt
 from biaslab.agents.gateway import Gateway
 from biaslab.agents.providers import ModelSpec, parse_model
 from biaslab.errors import UserError
@@ -26,6 +26,7 @@ from biaslab.graphs.llm_nodes import LLMNode, turn_loops
 from biaslab.graphs.registry import Protocol, get_protocol, load_plugin, step_budget
 from biaslab.prompts.exposure import (CLEAN, Condition, exposure_conditions, mitigation_arms,
                                       with_mitigation)
+from biaslab.prompts.group_swap import GroupSwap, Lexicon
 from biaslab.prompts.registry import PromptRegistry
 
 __all__ = ["Cell", "Plan", "make_plan"]
@@ -88,6 +89,8 @@ class Plan:
     """Variant → its declared LLM nodes, read once from the built graph."""
     earlier: EarlierPlan | None = None
     """With ``spec.from_turn``: how the turns before it are made."""
+    group_swap: GroupSwap | None = None
+    """With ``spec.swap_groups``: the nodes that see group terms swapped (judge-bias probe)."""
 
     @property
     def exposure_template(self) -> str:
@@ -107,7 +110,8 @@ class Plan:
         return CellContext(cell_id=cell.id, seed=cell.seed, bindings=self.bindings(cell.model),
                            gateway=gateway, prompts=self.prompts, condition=cell.condition,
                            coords=cell.coords, options=self.options,
-                           earlier=self.earlier.for_cell(cell) if self.earlier else None)
+                           earlier=self.earlier.for_cell(cell) if self.earlier else None,
+                           group_swap=self.group_swap)
 
     def cells(self) -> Iterator[Cell]:
         """Cells in a cache-friendly order: each clean arm runs before its exposed arms."""
@@ -132,14 +136,18 @@ class Plan:
         spec["seeds"] = self.spec.run.seeds
         if spec.get("from_turn") is None:  # runs from before the field keep their fingerprint
             spec.pop("from_turn", None)
+        if spec.get("swap_groups") is None:  # likewise runs from before the judge-bias probe
+            spec.pop("swap_groups", None)
         if not spec.get("mitigations"):  # likewise runs from before [mitigations]
             spec.pop("mitigations", None)
+        for name, m in (spec.get("mitigations") or {}).items():  # the position in effect
+            m["position"] = _mitigation_position(self.prompts, name, self.spec.mitigations[name])
         prompts = {f"{variant}.{node.name}": self.prompts.get(
-            self.node_prompts.get(node.name, node.prompt)).content_hash
+            bound_prompt(self.node_prompts.get(node.name), node.prompt)).content_hash
             for variant, nodes in self.llm_nodes.items() for node in nodes}
         if self.earlier is not None:
             prompts.update({f"before.{variant}.{node.name}": self.earlier.prompts.get(
-                self.earlier.node_prompts.get(node.name, node.prompt)).content_hash
+                bound_prompt(self.earlier.node_prompts.get(node.name), node.prompt)).content_hash
                 for variant, nodes in self.llm_nodes.items() for node in nodes})
         payload = {"spec": spec, "models": [m.public() for m in self.all_model_specs()],
                    "options": self.options.model_dump(), "prompts": prompts,
@@ -185,6 +193,9 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
         if labels.count(label) > 1:
             raise UserError(f"the model axis names '{label}' twice; give each model its own "
                             "[model_aliases.<name>] table so their cells stay apart")
+    if not proto.variants(options):
+        raise UserError(f"protocol '{proto.name}' has no variant to run with these [options] "
+                        "(is a list of variants, such as pipelines, empty?)")
     llm_nodes = {v: proto.llm_nodes(v, options) for v in proto.variants(options)}
     known_nodes = {n.name for nodes in llm_nodes.values() for n in nodes}
     node_models, node_prompts = _node_bindings(spec.nodes, proto, known_nodes, aliases)
@@ -198,6 +209,11 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
                                            plan.conditions)
     if spec.from_turn is not None:
         plan.earlier = _earlier_turns(spec, proto, options, llm_nodes, aliases)
+    if spec.swap_groups is not None:
+        plan.group_swap = _group_swap(spec, proto, known_nodes)
+    if not proto.items(options):
+        raise UserError(f"protocol '{proto.name}' has no items to run with these [options] "
+                        "(is a list of items, such as datasets, empty?): the grid has 0 cells")
     if check_keys:
         for model in plan.all_model_specs():
             model.check_ready()
@@ -205,6 +221,21 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
         for item in proto.items(options):
             proto.initial_state(variant, item, spec.run.seeds[0], options)
     return plan
+
+
+def _group_swap(spec: ExperimentSpec, proto: Protocol, known_nodes: set[str]) -> GroupSwap:
+    """``spec.swap_groups`` resolved: its nodes checked against the graph's LLM nodes."""
+    swap = spec.swap_groups
+    unknown = [n for n in swap.nodes if n not in known_nodes]
+    if unknown:
+        raise UserError(f"swap_groups (--swap-groups --node): protocol '{proto.name}' has no "
+                        f"LLM node '{unknown[0]}' (nodes: {', '.join(sorted(known_nodes))})")
+    bad = [p for p in swap.pairs if len(p) != 2]
+    if bad:
+        raise UserError(f"swap_groups.pairs: {bad[0]!r} is not a pair of two terms")
+    name = swap.lexicon if "/" not in swap.lexicon else swap.lexicon.rpartition("/")[2]
+    return GroupSwap(frozenset(swap.nodes),
+                     Lexicon(name.removesuffix(".toml"), tuple((a, b) for a, b in swap.pairs)))
 
 
 def _node_bindings(nodes: dict[str, NodeSettings], proto: Protocol, known_nodes: set[str],
@@ -226,7 +257,7 @@ def _check_prompts(proto: Protocol, options: BaseModel, llm_nodes: dict[str, lis
                    prompts: PromptRegistry, node_prompts: dict[str, str]) -> None:
     for variant in proto.variants(options):
         for node in llm_nodes[variant]:
-            template = prompts.get(node_prompts.get(node.name, node.prompt))
+            template = prompts.get(bound_prompt(node_prompts.get(node.name), node.prompt))
             template.check_slots(node.slots, node.name)
             unused = [slot for slot in node.required if slot not in template.slots]
             if unused:
@@ -274,6 +305,14 @@ def _mitigation_template(name: str, settings: MitigationSettings) -> str:
     return settings.template or f"mitigations/{name}"
 
 
+def _mitigation_position(prompts: PromptRegistry, name: str, settings: MitigationSettings
+                         ) -> str:
+    """The spec's position, else the template's own (a self-check's ``after-answer``), else
+    ``system-append``."""
+    return (settings.position or prompts.get(_mitigation_template(name, settings)).position
+            or "system-append")
+
+
 def _mitigation_grid(mitigations: dict[str, MitigationSettings], proto: Protocol,
                      llm_nodes: dict[str, list[LLMNode]], prompts: PromptRegistry,
                      grid: dict[str, list[Condition]]) -> dict[str, list[Condition]]:
@@ -303,7 +342,8 @@ def _mitigation_grid(mitigations: dict[str, MitigationSettings], proto: Protocol
                 targets = [t for t in targets if set(t.split("+")) <= set(names)]
             arms += mitigation_arms(names, name, targets=targets,
                                     template=_mitigation_template(name, m),
-                                    position=m.position, slots=m.slots)
+                                    position=_mitigation_position(prompts, name, m),
+                                    slots=m.slots)
         out[variant] = [c for base in conditions
                         for c in [base, *(with_mitigation(base, arm, mit) for arm, mit in arms)]]
     return out

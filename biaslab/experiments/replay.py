@@ -8,7 +8,8 @@
   gets the protocol's tables and a comparison with its source.
 
 A replay reads only the source run directory (its ``spec.toml`` records every model with its
-endpoint), never the shell's environment. A replay that fails leaves no half-written directory
+endpoint), never the shell's environment, except API keys and URL credentials (``url_env``),
+which are never written down. A replay that fails leaves no half-written directory
 behind; one that is interrupted can be continued with ``resume=True``.
 """
 
@@ -24,12 +25,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from biaslab.errors import ReplayMiss, UserError
+from biaslab.experiments.interrupts import run_coroutine
 from biaslab.experiments.plan import Plan, make_plan
 from biaslab.experiments.reports import protocol_compare, write_reports
 from biaslab.experiments.runner import RunResult, open_store, run_in_progress, run_plan
 from biaslab.graphs.registry import check_origin
 from biaslab.experiments.spec import (ExperimentSpec, FromTurn, MitigationSettings,
-                                      NodeSettings, read_toml, spec_from_dict)
+                                      NodeSettings, SwapGroups, read_toml, spec_from_dict)
 from biaslab.traces.store import STORE_FILE, RunStore
 
 __all__ = ["load_run_plan", "load_run_spec", "open_run", "rescore", "strict_replay",
@@ -39,19 +41,20 @@ __all__ = ["load_run_plan", "load_run_spec", "open_run", "rescore", "strict_repl
 TARGET_KEYWORDS = ("all", "singletons", "each_and_all")
 
 
-def open_run(run_dir: str | Path) -> RunStore:
-    """A finished or running run's store, read-only; one line when it is not a readable run."""
+def open_run(run_dir: str | Path, *, check_rows: bool = True) -> RunStore:
+    """A finished or running run's store, read-only; one line when it is not a readable run
+    (or, with `check_rows`, when one of its rows is damaged)."""
     run_dir = Path(run_dir)
     if not (run_dir / STORE_FILE).is_file():
         raise UserError(f"{run_dir} is not a run directory (no {STORE_FILE})")
-    return open_store(run_dir, readonly=True)
+    return open_store(run_dir, readonly=True, check_rows=check_rows)
 
 
 def load_run_spec(run_dir: str | Path) -> ExperimentSpec:
     """The resolved spec a run was made with (from its spec.toml).
 
     Its models come from ``resolved_models``, endpoints included, so nothing is read from the
-    environment except API keys."""
+    environment except API keys and URL credentials (a model's ``url_env``)."""
     path = Path(run_dir) / "spec.toml"
     data = read_toml(path, "run spec")
     resolved = data.pop("resolved_models", {})
@@ -71,7 +74,7 @@ def load_run_plan(run_dir: str | Path, *, check_keys: bool = True) -> Plan:
             raise UserError(f"cannot load protocol '{spec.protocol}' of run {run_dir} again "
                             f"(plugins: {', '.join(spec.plugins) or 'none'}): {exc}") from None
         raise
-    store = open_store(run_dir, readonly=True)
+    store = open_store(run_dir, readonly=True, check_rows=False)  # only its meta is read
     try:
         recorded = store.meta().get("protocol_origin")
     finally:
@@ -99,6 +102,9 @@ def rescore(run_dir: str | Path) -> list[Path]:
     store = open_run(run_dir)
     try:
         check_not_running(run_dir, store)
+        if not store.conn.execute("SELECT 1 FROM cells LIMIT 1").fetchone():
+            # Empty tables over an emptied store would sit beside the old ones as if current.
+            raise UserError(f"{run_dir} holds no cells (its store is empty): nothing to report")
         plan = load_run_plan(run_dir, check_keys=False)
         return write_reports(plan, store, Path(run_dir))
     finally:
@@ -172,10 +178,10 @@ def strict_replay(run_dir: str | Path, out_dir: str | Path, *, progress: bool = 
         out = _Output(out_dir, run_dir, resume)
         try:
             # Cells that failed in the source have no complete trace to replay; they are skipped.
-            result = asyncio.run(run_plan(plan, out.path, mode="strict", replay_from=[source],
-                                          resume=resume, concurrency=concurrency,
-                                          use_shared_cache=False, progress=progress,
-                                          only=lambda cell: cell.id in done))
+            result = run_coroutine(run_plan(plan, out.path, mode="strict", replay_from=[source],
+                                            resume=resume, concurrency=concurrency,
+                                            use_shared_cache=False, progress=progress,
+                                            only=lambda cell: cell.id in done))
         except ReplayMiss as exc:
             out.discard()
             raise ReplayMiss(f"{exc}{_endpoint_hint(plan)}") from None
@@ -228,7 +234,8 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
                    directions: list[str] | None = None, targets: str | list[str] | None = None,
                    position: str | None = None, template: str | None = None,
                    overrides: list[str] | None = None, from_turn: int | None = None,
-                   mitigation: str | None = None, resume: bool = False, concurrency: int | None = None,
+                   mitigation: str | None = None, swap_groups: str | None = None,
+                   resume: bool = False, concurrency: int | None = None,
                    use_shared_cache: bool = True, progress: bool = True
                    ) -> CounterfactualResult:
     """Re-run with one change; unchanged calls are served from the source trace.
@@ -245,6 +252,11 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
             Every arm of the source is run again with and without it; the arms without it
             are answered from the trace, so only the mitigated calls pay, and the new run's
             ``tables/mitigation_effects.csv`` pairs the two on the protocol's unit.
+        swap_groups: the judge-bias probe: `node` (``a+b`` for several) sees its inputs with
+            the group terms of this lexicon swapped (a TOML file; ``""`` or ``default``: the
+            packaged ``group_terms``). The target's answers are the source's, from its trace,
+            so only the judges' calls with a swapped term pay; the new run's
+            ``tables/judge_bias_probe.csv`` counts the verdicts that flipped.
         from_turn: make the change only from this turn on (protocols with turns): the calls
             of turns 1..from_turn-1 are made with the source's settings, so they ask what the
             source asked and are answered from its trace; only turns from `from_turn` on pay.
@@ -258,9 +270,21 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
     when it has one (amplification: ``compare_fbs.csv``).
     """
     if not (prompt or model or directions or targets or position or template or overrides
-            or mitigation):
+            or mitigation or swap_groups is not None):
         raise UserError("counterfactual replay needs a change: --prompt, --model, --directions, "
-                        "--targets, --position, --template, --overrides or --mitigation")
+                        "--targets, --position, --template, --overrides, --mitigation or "
+                        "--swap-groups")
+    if swap_groups is not None and not node:
+        raise UserError("--swap-groups needs --node: the judge (or judges, as a+b) whose "
+                        "inputs have their group terms swapped")
+    if swap_groups is not None and from_turn is not None:
+        raise UserError("--swap-groups goes without --from-turn: it swaps the judges' inputs "
+                        "on every turn")
+    if swap_groups is not None and (prompt or model or directions or targets or position
+                                    or template or overrides or mitigation):
+        raise UserError("--swap-groups is the judge-bias probe's only change, so that every "
+                        "flip is the swap's; make the other change in a replay of its own "
+                        "and probe that run")
     if (prompt or model) and not node:
         raise UserError("--prompt/--model need --node: the node whose binding changes")
     if mitigation and not node:
@@ -311,15 +335,21 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
                 raise UserError(f"--mitigation: run {run_dir} already has a mitigation "
                                 f"'{name}'; replay with another one")
             mitigations[name] = settings
+        if swap_groups is not None:
+            if spec.swap_groups is not None:
+                raise UserError(f"--swap-groups: {run_dir} is itself a judge-bias probe; "
+                                "replay its own source instead")
+            spec = spec.model_copy(update={"swap_groups": _swap_change(swap_groups, node,
+                                                                       spec.protocol)})
         spec = spec.model_copy(update={
             "nodes": nodes, "conditions": conditions,
             **({"mitigations": mitigations} if mitigations else {}),
             "prompt_overrides": [*prompt_dirs, *spec.prompt_overrides],
             **({"from_turn": earlier} if earlier else {})})
         plan = make_plan(spec)
-        result = asyncio.run(run_plan(plan, out.path, replay_from=[source], resume=resume,
-                                      concurrency=concurrency, use_shared_cache=use_shared_cache,
-                                      progress=progress))
+        result = run_coroutine(run_plan(plan, out.path, replay_from=[source], resume=resume,
+                                        concurrency=concurrency,
+                                        use_shared_cache=use_shared_cache, progress=progress))
     except BaseException:
         if out is not None:
             out.discard()
@@ -328,7 +358,9 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
     try:
         change = {"node": node or None, "prompt": prompt or None, "model": model,
                   "overrides": prompt_dirs or None, "from_turn": from_turn,
-                  "mitigation": mitigation, **changes}
+                  "mitigation": mitigation,
+                  "swap_groups": (spec.swap_groups.lexicon if spec.swap_groups else None),
+                  **changes}
         store = RunStore(out.path)
         store.set_meta(source_run=str(Path(run_dir).resolve()),
                        source_fingerprint=source.meta().get("fingerprint"),
@@ -346,6 +378,17 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
         return done
     finally:
         source.close()
+
+
+def _swap_change(lexicon: str, node: str, protocol: str) -> SwapGroups:
+    """``--swap-groups [LEXICON] --node a+b`` as the spec's ``[swap_groups]``, with the pairs
+    read now (the packaged lexicon's shared pairs plus the protocol's own group names)."""
+    from biaslab.prompts.group_swap import load_lexicon
+
+    path = None if lexicon in ("", "default") else str(Path(lexicon).resolve())
+    loaded = load_lexicon(path, protocol.rpartition(":")[2] if ":" in protocol else protocol)
+    return SwapGroups(nodes=[n for n in node.split("+") if n], lexicon=path or loaded.name,
+                      pairs=[list(p) for p in loaded.pairs])
 
 
 def _mitigation_change(mitigation: str, node: str) -> tuple[str, MitigationSettings]:
@@ -378,6 +421,10 @@ def _compare(plan: Plan, source: RunStore, replayed: RunStore, out_dir: Path) ->
 
     written = [compare_calls(source, replayed, out_dir),
                compare_measures(source, replayed, out_dir, plan.protocol, plan.options)]
+    if plan.group_swap is not None:
+        from biaslab.experiments.reports.judge_probe import write_judge_probe
+
+        written += write_judge_probe(plan, source, replayed, out_dir.parent)
     with unmitigated(replayed):  # the protocol's comparison knows no mitigation arms
         return written + protocol_compare(plan.protocol, source, replayed, out_dir,
                                           plan.options)

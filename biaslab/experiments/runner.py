@@ -16,25 +16,28 @@ import os
 import sqlite3
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import tomli_w
 
 from biaslab.agents.gateway import CallScope, Gateway, ReplayMode, RetryPolicy, RunCounters
 from biaslab.agents.providers import strip_credentials
+from biaslab.agents.redaction import redact, secrets_of
 from biaslab.errors import ReplayMiss, UserError
 from biaslab.experiments.plan import Cell, Plan
 from biaslab.graphs.lanes import Lane, Lanes, pack, packing_obstacle, run_packed
 from biaslab.graphs.registry import protocol_origin, step_budget
 from biaslab.traces.cache import CallCache, shared_cache_path
+from biaslab.traces.shared_cache import open_shared_cache
 from biaslab.traces.records import SCHEMA_VERSION
 from biaslab.traces.store import STORE_FILE, RunStore
 
 __all__ = ["run_plan", "RunResult", "shared_cache_path", "write_resolved_spec", "open_store",
-           "run_in_progress", "default_lanes", "packing", "Packing", "prepare_store"]
+           "run_in_progress", "keep_run_dir_locked", "default_lanes", "packing", "Packing", "prepare_store"]
 
 
 _COMMIT_EVERY_S = 0.2
@@ -47,6 +50,8 @@ class RunResult:
     cells_total: int
     cells_run: int = 0
     cells_skipped: int = 0
+    cells_other_shards: int = 0
+    """Cells of the grid that another shard runs (``--shard I/N``)."""
     cells_failed: int = 0
     interrupted: bool = False
     cells_reset: int = 0
@@ -57,16 +62,50 @@ class RunResult:
     def summary(self) -> str:
         c = self.counters
         state = "interrupted" if self.interrupted else "done"
+        others = (f"{self.cells_other_shards} belong to other shards, "
+                  if self.cells_other_shards else "")
         return (f"{state}: {self.cells_run} cells run, {self.cells_skipped} already done, "
-                f"{self.cells_failed} failed of {self.cells_total}; {c.model_calls} model calls, "
+                f"{others}{self.cells_failed} failed of {self.cells_total}; "
+                f"{c.model_calls} model calls, "
                 f"{c.cache_hits} cache hits, {c.retries} retries, {c.errors} call errors, "
                 f"{c.parse_failures} parse failures, {c.tokens} tokens in {self.elapsed_s:.1f}s")
+
+
+_KEPT_LOCKS: dict[Path, Any] = {}
+"""Run directories whose writer lock outlives the run that took it (`keep_run_dir_locked`):
+the resolved path, and the lock once taken (None before)."""
+
+
+class _KeptLock:
+    """What `_lock_run_dir` hands out for a kept lock: closing it leaves the lock held."""
+
+    def close(self) -> None:
+        pass
+
+
+@contextmanager
+def keep_run_dir_locked(run_dir: str | Path):
+    """Keep the writer lock that a run takes on `run_dir` until this block ends, not just
+    until the run ends: ``biaslab run`` and ``merge`` write their reports under it, so no
+    other writer slips in between the last cell and the tables. The lock is taken lazily by
+    the run, so a command that stops on bad input first still creates nothing."""
+    key = Path(run_dir).resolve()
+    _KEPT_LOCKS.setdefault(key, None)
+    try:
+        yield
+    finally:
+        handle = _KEPT_LOCKS.pop(key, None)
+        if handle is not None:
+            handle.close()
 
 
 def _lock_run_dir(run_dir: Path):
     """One writer per run directory: a second process gets a clear error, not a locked DB."""
     import fcntl
 
+    key = Path(run_dir).resolve()
+    if _KEPT_LOCKS.get(key) is not None:  # held for this command already
+        return _KeptLock()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         handle = open(run_dir / ".lock", "w")
@@ -79,6 +118,9 @@ def _lock_run_dir(run_dir: Path):
     except BlockingIOError:
         handle.close()
         raise UserError(f"another biaslab process is writing to {run_dir}") from None
+    if key in _KEPT_LOCKS:
+        _KEPT_LOCKS[key] = handle
+        return _KeptLock()
     return handle
 
 
@@ -99,14 +141,25 @@ def run_in_progress(run_dir: str | Path) -> bool:
     return False
 
 
-def open_store(run_dir: str | Path, *, readonly: bool = False) -> RunStore:
-    """A run store that was checked to be a readable biaslab store (one line if not)."""
+def open_store(run_dir: str | Path, *, readonly: bool = False, check_rows: bool = True
+               ) -> RunStore:
+    """A run store that was checked to be a readable biaslab store (one line if not).
+
+    With `check_rows`, a row whose JSON is damaged is named in one line (`DamagedStore`) here,
+    before any verb reads past it; a resume passes False and repairs such cells instead
+    (`prepare_store`)."""
     store = None
     try:
         store = RunStore(run_dir, readonly=readonly)
         store.meta()
         store.counts()
+        if check_rows:
+            store.check_rows()
         return store
+    except UserError:  # a damaged row or table, named
+        if store is not None:
+            store.conn.close()
+        raise
     except sqlite3.DatabaseError as exc:
         if store is not None:
             try:
@@ -163,11 +216,15 @@ class _Progress:
 
     _LOG_EVERY_S = 15.0
 
-    def __init__(self, total: int, counters: RunCounters, enabled: bool, console=None):
+    def __init__(self, total: int, counters: RunCounters, enabled: bool, console=None,
+                 expected_calls: float | None = None):
         import threading
 
         self.counters = counters
         self.total, self.done, self.enabled = total, 0, enabled
+        # Packed cells finish in bursts, so the ETA follows the calls where an estimate of
+        # them exists (`biaslab estimate`'s, less what cells skipped on resume would have made).
+        self.expected_calls = expected_calls
         self.started = time.monotonic()
         self._skipped_before_calls = 0  # resume: cells skipped at once must not speed up the ETA
         self.bar = None
@@ -222,11 +279,19 @@ class _Progress:
         return str(n)
 
     def eta_s(self) -> float | None:
-        """Seconds left at the pace of the cells run so far (not those skipped on resume)."""
+        """Seconds left: at the pace of the calls so far against the calls expected, while
+        fewer were made than expected; else at the pace of the cells run so far (not those
+        skipped on resume)."""
+        if self.done >= self.total:
+            return 0.0
+        elapsed = time.monotonic() - self.started
+        calls = self.counters.calls
+        if self.expected_calls and 0 < calls < self.expected_calls:
+            return elapsed / calls * (self.expected_calls - calls)
         ran = self.done - self._skipped_before_calls
-        if ran <= 0 or self.done >= self.total:
-            return 0.0 if self.done >= self.total else None
-        return (time.monotonic() - self.started) / ran * (self.total - self.done)
+        if ran <= 0:
+            return None
+        return elapsed / ran * (self.total - self.done)
 
     def times(self) -> str:
         """``0:01:23 elapsed · eta 0:04:10``."""
@@ -247,7 +312,11 @@ class _Progress:
         return Text(self.status(), style="dim", overflow="fold")
 
     # -- updates --------------------------------------------------------------------------
-    def advance(self, n: int = 1) -> None:
+    def advance(self, n: int = 1, skipped_calls: float = 0.0) -> None:
+        """`n` cells finished; `skipped_calls`: the calls expected of cells skipped (resume,
+        another shard), which this run will not make."""
+        if self.expected_calls is not None:
+            self.expected_calls -= skipped_calls
         if self.counters.calls == 0 and self.counters.model_calls == 0:
             self._skipped_before_calls += n
         self.done += n
@@ -271,6 +340,34 @@ class _Progress:
             self.bar.stop()
 
 
+class _ExpectedCalls:
+    """Each cell's expected calls (`Protocol.estimate`, memoised per variant and item), for
+    an ETA that follows the calls: cells packed into one graph run finish together."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self._memo: dict[tuple[str, str], float] = {}
+
+    def of(self, cell: Cell) -> float:
+        key = (cell.variant, cell.item)
+        if key not in self._memo:
+            try:
+                self._memo[key] = float(self.plan.protocol.estimate(
+                    cell.variant, cell.item, self.plan.options)["calls"])
+            except Exception:  # a protocol's estimate is advice: never fail a run over it
+                self._memo[key] = 0.0
+        return self._memo[key]
+
+    def total(self) -> float | None:
+        total = sum(self.of(cell) for cell in self.plan.cells())
+        return total or None
+
+
+def _redacted(plan: Plan, error: str) -> str:
+    """A cell's error text as it may be stored and printed: no credential of the run's models."""
+    return redact(error, secrets_of(plan.all_model_specs()))
+
+
 async def _run_cell(plan: Plan, cell: Cell, graph, gateway: Gateway, store: RunStore) -> bool:
     ctx = plan.context(cell, gateway)
     store.start_cell(cell.id, cell.ord, cell.coords)
@@ -287,7 +384,8 @@ async def _run_cell(plan: Plan, cell: Cell, graph, gateway: Gateway, store: RunS
             # Its sibling calls (other batches, other judges) may still be in flight: let them
             # land, so every paid answer is cached and recorded with the failed cell.
             await calls_in_flight.settle()
-            store.finish_cell(cell.id, ctx.calls, outputs, error=f"{type(exc).__name__}: {exc}")
+            store.finish_cell(cell.id, ctx.calls, outputs,
+                              error=_redacted(plan, f"{type(exc).__name__}: {exc}"))
             return False
     store.finish_cell(cell.id, ctx.calls, outputs)
     return True
@@ -303,6 +401,8 @@ def prepare_store(store: RunStore, plan: Plan, run_dir: Path, *, resume: bool) -
     if counts["cells_done"] + counts["cells_error"] and not resume:
         raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, or "
                         "choose another --out")
+    if resume:
+        _check_not_emptied(store, run_dir)
     fingerprint = plan.fingerprint()
     recorded = store.meta().get("fingerprint")
     if recorded and recorded != fingerprint:
@@ -314,8 +414,37 @@ def prepare_store(store: RunStore, plan: Plan, run_dir: Path, *, resume: bool) -
                        protocol_origin=protocol_origin(plan.protocol),
                        scale=plan.spec.scale_applied, created=time.time(),
                        fingerprint=fingerprint, schema_version=SCHEMA_VERSION)
+    if resume:
+        repaired = store.reset_damaged()
+        if repaired:
+            cells = sorted({d.cell_id for d in repaired})
+            print(f"biaslab: warning: {store.path} had {len(repaired)} damaged row(s) in "
+                  f"{len(cells)} cell(s) ({repaired[0].describe()}); those cells run again, "
+                  "their answers from the cache", file=sys.stderr)
     write_resolved_spec(plan, run_dir)
     return store.reset_unfinished() if resume else 0
+
+
+def _check_not_emptied(store: RunStore, run_dir: Path) -> None:
+    """Refuse to resume a store whose cells are gone while the run left other traces (its
+    spec.toml, call records, outputs, cached answers, or the mark of its first cell): a resume
+    would silently start over and pay for every answer again."""
+    if store.conn.execute("SELECT 1 FROM cells LIMIT 1").fetchone():
+        return
+    q = store.conn.execute
+    meta = store.meta()
+    traces = [what for what, found in (
+        ("cells were started", meta.get("cells_started")),
+        ("call records", q("SELECT 1 FROM calls LIMIT 1").fetchone()),
+        ("outputs", q("SELECT 1 FROM outputs LIMIT 1").fetchone()),
+        ("cached answers", q("SELECT 1 FROM cache LIMIT 1").fetchone()),
+        ("a spec.toml, but no run recorded in the store",
+         (run_dir / "spec.toml").is_file() and not meta.get("fingerprint"))) if found]
+    if traces:
+        raise UserError(f"{store.path} holds no cells, though {run_dir} held a run "
+                        f"({'; '.join(traces)}): the store was emptied or replaced, and a "
+                        "resume would start over and pay again; restore run.sqlite, or run "
+                        "the spec into a new --out")
 
 
 class _Batches:
@@ -363,6 +492,7 @@ async def _run_batch(plan: Plan, cells: list[Cell], graphs: _Batches, gateway: G
         for scope in scopes:
             await scope.settle()
         return await one_at_a_time()
+    errors = [None if error is None else _redacted(plan, error) for error in errors]
     store.finish_cells([(cell.id, ctx.calls, out, error)
                         for cell, ctx, out, error in zip(cells, contexts, outputs, errors)])
     return [error is None for error in errors]
@@ -407,7 +537,8 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
                    concurrency: int | None = None, mode: ReplayMode = "live",
                    replay_from: Sequence[RunStore] = (), use_shared_cache: bool = True,
                    progress: bool = True, only: Callable[[Cell], bool] | None = None,
-                   lanes: int | None = None) -> RunResult:
+                   lanes: int | None = None, shard: bool = False,
+                   done_elsewhere: Collection[str] = ()) -> RunResult:
     """Run every cell of `plan` into `run_dir`.
 
     Args:
@@ -416,25 +547,40 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
         replay_from: stores of earlier runs whose responses are used before any model.
         use_shared_cache: also use the cross-run cache (`shared_cache_path`).
         only: run just the cells it accepts (strict replay skips cells that failed).
+        shard: `only` selects this shard's cells: the others are counted as belonging to other
+            shards, not as done.
+        done_elsewhere: ids of cells already done in another store (a resumed run's main store,
+            for its shards): skipped and counted as already done.
         lanes: cells per graph run (default: the spec's ``run.lanes``, else `default_lanes`).
     """
     run_dir = Path(run_dir)
-    lock = _lock_run_dir(run_dir)
+    # The shared cache first: a path that cannot hold it stops the run before anything is
+    # written; a damaged one is moved aside (biaslab.traces.shared_cache).
+    shared = shared_cache_path() if use_shared_cache and mode == "live" else None
+    shared_cache = open_shared_cache(shared) if shared else None
     try:
-        store = open_store(run_dir)
+        lock = _lock_run_dir(run_dir)
+    except UserError:
+        if shared_cache is not None:
+            shared_cache.close()
+        raise
+    try:
+        store = open_store(run_dir, check_rows=not resume)  # a resume repairs damaged cells
     except UserError:
         lock.close()
+        if shared_cache is not None:
+            shared_cache.close()
         raise
     try:
         reset = prepare_store(store, plan, run_dir, resume=resume)
     except UserError:
         store.close()
         lock.close()
+        if shared_cache is not None:
+            shared_cache.close()
         raise
     caches: list[CallCache] = [store.cache]
-    shared = shared_cache_path() if use_shared_cache and mode == "live" else None
-    shared_cache = CallCache.open_file(shared) if shared else None
-    if shared_cache is not None:  # (an empty cache is falsy: it has __len__)
+    if shared_cache is not None:
         caches.append(shared_cache)
     gateway = Gateway(caches=caches, replay=[s.cache for s in replay_from], mode=mode,
                       concurrency=concurrency or plan.spec.run.concurrency,
@@ -444,7 +590,9 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
     graphs = _Batches(plan)
     store.batch_s = _COMMIT_EVERY_S
     result = RunResult(run_dir, plan.n_cells(), counters=gateway.counters)
-    bar = _Progress(result.cells_total, gateway.counters, progress)
+    expected = _ExpectedCalls(plan) if progress else None
+    bar = _Progress(result.cells_total, gateway.counters, progress,
+                    expected_calls=expected.total() if expected else None)
     chosen = lanes or plan.spec.run.lanes
     first_item = next(iter(plan.protocol.items(plan.options)), None)
     packs = {v: packing(gateway.concurrency, plan.protocol.estimate(
@@ -460,12 +608,15 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
         batch: list[Cell] = []
         for cell in plan.cells():
             if only is not None and not only(cell):
-                result.cells_skipped += 1
-                bar.advance()
+                if shard:
+                    result.cells_other_shards += 1
+                else:
+                    result.cells_skipped += 1
+                bar.advance(skipped_calls=expected.of(cell) if expected else 0.0)
                 continue
-            if resume and store.cell_status(cell.id) == "done":
+            if cell.id in done_elsewhere or (resume and store.cell_status(cell.id) == "done"):
                 result.cells_skipped += 1
-                bar.advance()
+                bar.advance(skipped_calls=expected.of(cell) if expected else 0.0)
                 continue
             if batch and (len(batch) == packs[batch[0].variant].lanes
                           or batch[0].variant != cell.variant):

@@ -9,13 +9,13 @@ from content-addressed calls, so the merged store equals a single-process run ce
 `run_sharded` is what ``biaslab run --workers N`` and ``--executor ray`` use: shard stores live
 under ``RUN_DIR/shards/``, each worker also reads the run's own store (cells done there are
 skipped, its cache answers first), and the shards are merged into the run's store at the end.
+Ray tasks get their inputs and return their stores as bytes (`biaslab.experiments.ray_shards`),
+so a cluster needs no shared filesystem.
 A resumed run resumes each shard and merges again, so nothing is paid for twice.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
 import shutil
 import subprocess
 import sys
@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from biaslab.errors import UserError
+from biaslab.experiments.interrupts import CtrlC, run_coroutine
 from biaslab.experiments.plan import Cell, Plan
 from biaslab.experiments.runner import (RunResult, _lock_run_dir, open_store, prepare_store,
                                         run_plan, write_resolved_spec)
 from biaslab.traces.store import STORE_FILE, RunStore
 
-__all__ = ["parse_shard", "in_shard", "merge_runs", "run_sharded", "run_shard", "mark_shard",
+__all__ = ["parse_shard", "in_shard", "merge_runs", "missing_shards", "run_sharded", "run_shard", "mark_shard",
            "MergeResult", "SHARDS_DIR"]
 
 SHARDS_DIR = "shards"
@@ -74,6 +75,27 @@ def _fingerprint_of(run_dir: Path) -> str | None:
         store.close()
 
 
+def missing_shards(sources: Sequence[str | Path]) -> list[str]:
+    """The shards ``i/n`` of the split that `sources` come from which none of them holds
+    (each shard store is marked ``i/n``; runs without a mark count as whole). A merge of an
+    incomplete set writes tables over part of the grid, so ``biaslab merge`` refuses it
+    unless asked (``--allow-partial``)."""
+    marks = set()
+    for src in sources:
+        if not (Path(src) / STORE_FILE).is_file():
+            raise UserError(f"{src} is not a run directory (no {STORE_FILE})")
+        store = open_store(src, readonly=True, check_rows=False)
+        try:
+            mark = store.meta().get("shard")
+        finally:
+            store.close()
+        if mark is None:
+            return []  # a whole run (or an earlier merge) among them: nothing to count
+        marks.add(parse_shard(mark))
+    splits = {n for _, n in marks}
+    return [f"{i}/{n}" for n in sorted(splits) for i in range(n) if (i, n) not in marks]
+
+
 def merge_runs(sources: Sequence[str | Path], out: str | Path, *, _locked: bool = False
                ) -> MergeResult:
     """Combine the stores of `sources` (shards of one experiment) into the run at `out`.
@@ -105,7 +127,7 @@ def merge_runs(sources: Sequence[str | Path], out: str | Path, *, _locked: bool 
                 raise UserError(f"{out} holds a run of another experiment (fingerprint "
                                 f"{meta['fingerprint']} vs {first}); choose another --out")
             if not meta.get("fingerprint"):
-                src_store = open_store(sources[0], readonly=True)
+                src_store = open_store(sources[0], readonly=True, check_rows=False)
                 try:
                     src_meta = src_store.meta()
                 finally:
@@ -150,11 +172,13 @@ def run_shard(shard_dir: str | Path, shard: str, *, main_dir: str | Path | None 
         done_before = {cid for (cid,) in main.conn.execute(
             "SELECT cell_id FROM cells WHERE status='done'")}
         sources.append(main)
-    only = (lambda c: wanted(c) and c.id not in done_before) if done_before else wanted
     try:
-        result = asyncio.run(run_plan(plan, shard_dir, resume=True, concurrency=concurrency,
-                                      replay_from=sources, use_shared_cache=use_shared_cache,
-                                      progress=progress, only=only))
+        # A shard's spec.toml comes before its store: a shard without a store starts afresh.
+        resume = (shard_dir / STORE_FILE).is_file()
+        result = run_coroutine(run_plan(plan, shard_dir, resume=resume,
+                                        concurrency=concurrency, replay_from=sources,
+                                        use_shared_cache=use_shared_cache, progress=progress,
+                                        only=wanted, shard=True, done_elsewhere=done_before))
     finally:
         for s in sources:
             s.close()
@@ -182,38 +206,6 @@ def _worker_command(shard_dir: Path, shard: str, main_dir: Path, concurrency: in
     return cmd
 
 
-def _ray_shard(shard_dir: str, shard: str, main_dir: str, concurrency: int | None,
-               use_shared_cache: bool) -> tuple[int, int, bool]:
-    result = run_shard(shard_dir, shard, main_dir=main_dir, concurrency=concurrency,
-                       use_shared_cache=use_shared_cache)
-    return result.cells_run, result.cells_failed, result.interrupted
-
-
-def _run_with_ray(jobs, main_dir: Path, concurrency, use_shared_cache, address) -> None:
-    try:
-        import ray
-    except ImportError:
-        raise UserError("--executor ray needs Ray: pip install 'biaslab[ray]'") from None
-    started_here = not ray.is_initialized()
-    if started_here:
-        address = address or os.environ.get("RAY_ADDRESS") or None
-        # Workers import biaslab from this checkout when it is not installed on the cluster.
-        root = str(Path(__file__).resolve().parents[2])
-        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(
-                     p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
-                     **{k: v for k, v in os.environ.items() if k.startswith("BIASLAB_")}}},
-                 **({} if address else {"num_cpus": len(jobs) or 1}))
-    try:
-        task = ray.remote(num_cpus=1, max_retries=2)(_ray_shard)
-        refs = [task.remote(str(d), s, str(main_dir), concurrency, use_shared_cache)
-                for d, s in jobs]
-        ray.get(refs)
-    finally:
-        if started_here:
-            ray.shutdown()
-
-
 def run_sharded(plan: Plan, run_dir: str | Path, *, workers: int, executor: str = "local",
                 resume: bool = False, concurrency: int | None = None,
                 use_shared_cache: bool = True, ray_address: str | None = None,
@@ -230,7 +222,7 @@ def run_sharded(plan: Plan, run_dir: str | Path, *, workers: int, executor: str 
     lock = _lock_run_dir(run_dir)
     started = time.monotonic()
     try:
-        store = open_store(run_dir)
+        store = open_store(run_dir, check_rows=not resume)  # a resume repairs damaged cells
         try:
             prepare_store(store, plan, run_dir, resume=resume)
         finally:
@@ -250,9 +242,13 @@ def run_sharded(plan: Plan, run_dir: str | Path, *, workers: int, executor: str 
             write_resolved_spec(plan, shard_dir)
             jobs.append((shard_dir, f"{i}/{workers}"))
         interrupted = False
+        nodes: list[str] = []
+        procs: list[subprocess.Popen] = []
         try:
             if executor == "ray":
-                _run_with_ray(jobs, run_dir, concurrency, use_shared_cache, ray_address)
+                from biaslab.experiments.ray_shards import run_with_ray
+
+                nodes = run_with_ray(jobs, run_dir, concurrency, use_shared_cache, ray_address)
             elif executor == "local":
                 procs = [subprocess.Popen(_worker_command(d, s, run_dir, concurrency,
                                                           use_shared_cache))
@@ -267,8 +263,16 @@ def run_sharded(plan: Plan, run_dir: str | Path, *, workers: int, executor: str 
                 raise UserError(f"unknown executor '{executor}' (local or ray)")
         except KeyboardInterrupt:
             interrupted = True
+            for proc in procs:  # Ctrl-C reached the workers too: merge what they kept
+                proc.wait()
         merged = merge_runs([d for d, _ in jobs if (d / STORE_FILE).is_file()], run_dir,
                             _locked=True)
+        if nodes:  # where each Ray shard ran, for the record (and the multi-node test)
+            store = RunStore(run_dir)
+            try:
+                store.set_meta(shard_nodes=nodes)
+            finally:
+                store.close()
     finally:
         lock.close()
     result = RunResult(run_dir, plan.n_cells())
@@ -276,7 +280,7 @@ def run_sharded(plan: Plan, run_dir: str | Path, *, workers: int, executor: str 
     result.cells_failed = merged.cells_error
     result.interrupted = interrupted or merged.cells_done + merged.cells_error < plan.n_cells()
     result.elapsed_s = time.monotonic() - started
-    store = open_store(run_dir, readonly=True)
+    store = open_store(run_dir, readonly=True, check_rows=False)
     try:
         c = store.counts()
         result.counters.calls = c["calls"]
@@ -284,6 +288,7 @@ def run_sharded(plan: Plan, run_dir: str | Path, *, workers: int, executor: str 
         result.counters.parse_failures = c["parse_failures"]
         result.counters.errors = c["call_errors"]
         result.counters.model_calls = c["calls"] - c["cache_hits"] - c["call_errors"]
+        result.counters.tokens = c["tokens_paid"]  # the workers' tokens, as one process counts
     finally:
         store.close()
     if not result.interrupted and not keep_shards:
@@ -302,16 +307,21 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int)
     parser.add_argument("--no-cache", action="store_true")
     args = parser.parse_args(argv)
-    try:
-        result = run_shard(args.shard_dir, args.shard, main_dir=args.main,
-                           concurrency=args.concurrency, use_shared_cache=not args.no_cache)
-    except UserError as exc:
-        print(f"biaslab: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    if result.interrupted:
-        return 130
+    # Ctrl-C reaches every worker with its coordinator: the first stops this shard cleanly
+    # (the coordinator says so, once), a second quits at once; see interrupts.CtrlC.
+    with CtrlC(Path(args.shard_dir), None, announce=False,
+               hint=f"biaslab run --resume {args.main or args.shard_dir}") as ctrl_c:
+        try:
+            result = run_shard(args.shard_dir, args.shard, main_dir=args.main,
+                               concurrency=args.concurrency,
+                               use_shared_cache=not args.no_cache)
+        except UserError as exc:
+            print(f"biaslab: error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            return ctrl_c.leave()
+        if result.interrupted:
+            return ctrl_c.leave()
     return 1 if result.cells_failed else 0
 
 

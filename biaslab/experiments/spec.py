@@ -13,12 +13,13 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictInt, ValidationError,
+                      field_validator)
 
 from biaslab.errors import UserError
 
 __all__ = ["ExperimentSpec", "RunSettings", "ConditionSettings", "NodeSettings", "FromTurn",
-           "MitigationSettings",
+           "MitigationSettings", "SwapGroups",
            "load_spec",
            "spec_from_dict", "read_toml", "looks_secret"]
 
@@ -41,7 +42,8 @@ class _Strict(BaseModel):
 
 
 class RunSettings(_Strict):
-    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field(default=[42], min_length=1)
+    seeds: list[Annotated[StrictInt, Field(ge=0, le=MAX_SEED)]] = Field(default=[42],
+                                                                       min_length=1)
     """Replicate seeds: they pick the data split and are passed to every model call."""
     concurrency: int = Field(default=4, ge=1, le=1024)
     """Maximum model calls in flight."""
@@ -86,8 +88,11 @@ class MitigationSettings(_Strict):
     'each_and_all' as for exposures."""
     template: str | None = None
     """Prompt id of its text; default ``mitigations/<name>``."""
-    position: Literal["system-append", "system-replace", "user-prefix", "user-suffix"] = \
-        "system-append"
+    position: Literal["system-append", "system-replace", "user-prefix", "user-suffix",
+                      "after-answer"] | None = None
+    """Where its text goes; ``after-answer`` asks it after the node's answer (a self-check
+    re-ask, whose answer is the node's value). None: the template's own ``position``
+    (``mitigations/self_check`` says ``after-answer``), else ``system-append``."""
     slots: dict[str, str] = {}
     """Values for the template's slots, if it has any."""
 
@@ -120,6 +125,20 @@ class FromTurn(_Strict):
     """Prompt directories of the earlier turns; None: the spec's ``prompt_overrides``."""
 
 
+class SwapGroups(_Strict):
+    """The judge-bias probe's one change (``biaslab replay --mode counterfactual --node judge
+    --swap-groups``): the listed nodes see every slot value, and the texts they judge, with
+    the lexicon's group terms swapped; every other node asks what it asked in the source run.
+    The pairs are recorded here, so a resume or a report does not depend on the lexicon file."""
+
+    nodes: list[str] = Field(min_length=1)
+    """The LLM nodes whose inputs are swapped (the judges)."""
+    lexicon: str = "group_terms"
+    """Where the pairs came from: the lexicon's name, or the file it was read from."""
+    pairs: list[list[str]] = Field(min_length=1)
+    """The term pairs, each swapped both ways (`biaslab.prompts.group_swap.Lexicon`)."""
+
+
 class ExperimentSpec(_Strict):
     name: str
     protocol: str
@@ -139,6 +158,9 @@ class ExperimentSpec(_Strict):
     from_turn: FromTurn | None = None
     """Apply ``nodes``, ``conditions`` and ``prompt_overrides`` only from a given turn on;
     earlier turns as `FromTurn` says (set by a counterfactual replay with ``--from-turn``)."""
+    swap_groups: SwapGroups | None = None
+    """Show some nodes their inputs with group terms swapped (set by a counterfactual replay
+    with ``--swap-groups``: the judge-bias probe)."""
     plugins: list[str] = []
     """Python files (relative to the spec) or module names that define protocols of your own."""
     options: dict[str, Any] = {}
@@ -220,9 +242,25 @@ def _reject_inline_secrets(data: Any, where: str, path: tuple[str, ...] = ()) ->
             _reject_inline_secrets(value, where, path)
 
 
+def _reject_nul(data: Any, where: str, path: tuple[str, ...] = ()) -> None:
+    """A NUL character in any string of a spec fails, naming where: no path, name or URL may
+    hold one, and the OS would refuse it only deep inside the run."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            _reject_nul(key, where, path)
+            _reject_nul(value, where, (*path, str(key)))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            _reject_nul(value, where, (*path, str(i)))
+    elif isinstance(data, str) and "\x00" in data:
+        raise UserError(f"{where}: {'.'.join(path) or 'a key'}: holds a NUL character "
+                        "(\\u0000), which no path, name or URL may contain")
+
+
 def spec_from_dict(data: dict[str, Any], *, scale: str | None = None, where: str = "spec"
                    ) -> ExperimentSpec:
     """Validate a spec dict, applying ``[scale.<scale>]`` when asked."""
+    _reject_nul(data, where)
     _reject_inline_secrets(data, where)
     if scale and scale != "paper":
         scales = data.get("scale", {})

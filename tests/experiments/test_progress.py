@@ -101,3 +101,24 @@ def test_off_a_terminal_a_status_line_comes_without_cell_progress(monkeypatch, c
     quiet.advance()
     quiet.stop()
     assert quiet.bar is None and quiet._thread is None
+
+
+def test_eta_follows_the_calls_while_no_cell_has_finished():
+    """Packed cells finish together: with 400 calls expected and 100 made in 30 s, the ETA is
+    90 s although no cell is done yet; cells skipped on resume take their calls off."""
+    counters = RunCounters()
+    sink = StringIO()
+    progress = _Progress(8, counters, enabled=True, expected_calls=400.0,
+                         console=Console(width=80, file=sink, force_terminal=True))
+    try:
+        assert progress.eta_s() is None  # nothing made yet: no pace
+        progress.started -= 30.0
+        counters.calls = 100
+        assert 89 <= progress.eta_s() <= 91
+        progress.advance(2, skipped_calls=100.0)  # two cells of 50 calls each already done
+        assert 59 <= progress.eta_s() <= 61  # 200 left at 100 per 30 s
+        counters.calls = 350  # more than now expected (300): back to the cells' pace
+        progress.advance(2)
+        assert 29 <= progress.eta_s() <= 31  # 4 of 8 done in 30 s, 4 left
+    finally:
+        progress.stop()

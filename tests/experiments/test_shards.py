@@ -65,10 +65,15 @@ def test_three_shards_merged_equal_the_whole_run(spec_file, whole, tmp_path, cap
     parts = []
     for i in range(3):
         out = tmp_path / f"shard-{i}"
+        capsys.readouterr()
         assert main(["run", str(spec_file), "--shard", f"{i}/3", "--out", str(out),
                      "--quiet"]) == 0
         store = RunStore(out, readonly=True)
         n = len(store.cells())
+        total = len(RunStore(whole, readonly=True).cells())
+        # the other shards' cells are named as such, never as "already done"
+        assert (f"{n} cells run, 0 already done, {total - n} belong to other shards, 0 failed "
+                f"of {total}") in capsys.readouterr().err
         assert store.meta()["shard"] == f"{i}/3" and 0 < n < len(RunStore(whole).cells())
         store.close()
         parts.append(str(out))
@@ -95,10 +100,20 @@ def test_merge_refuses_runs_of_different_experiments(spec_file, whole, tmp_path,
     assert main(["merge", str(tmp_path / "nothing"), "--out", str(tmp_path / "m")]) == 2
 
 
-def test_workers_end_in_one_store_equal_to_a_single_process_run(spec_file, whole, tmp_path):
+def test_workers_end_in_one_store_equal_to_a_single_process_run(spec_file, whole, tmp_path,
+                                                                capsys):
     out = tmp_path / "workers"
+    capsys.readouterr()
     assert main(["run", str(spec_file), "--workers", "2", "--out", str(out), "--quiet"]) == 0
     assert_same_run(out, whole)
+    # the workers' calls and tokens add up (each shard pays for its own copies of shared
+    # calls, so they may exceed a single process's)
+    merged = RunStore(out, readonly=True)
+    c = merged.counts()
+    merged.close()
+    err = capsys.readouterr().err
+    assert c["tokens_paid"] > 0 and f", {c['tokens_paid']} tokens in " in err, err
+    assert f"; {c['calls'] - c['cache_hits']} model calls, {c['cache_hits']} cache hits" in err
     assert not (out / "shards").exists()
     # resume and replay work on the merged run as on any other
     assert main(["run", "--resume", str(out), "--workers", "2", "--quiet", "--no-report"]) == 0

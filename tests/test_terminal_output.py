@@ -1,0 +1,83 @@
+"""What a user sees on an 80-column terminal: the headline table is never cut ("…"), and the
+commands that were wrong before say what to do."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _on_a_terminal(args: list[str], cwd: Path, columns: int = 80) -> str:
+    """Run biaslab with stdout on a pseudo-terminal of `columns` columns; its plain text."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": str(columns), "LINES": "50", "BIASLAB_CACHE": "off",
+           "TERM": "xterm"}
+    proc = subprocess.Popen([sys.executable, "-m", "biaslab.cli", *args], cwd=cwd, env=env,
+                            stdout=follower, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    os.close(follower)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([leader], [], [], 120)
+        if not ready:
+            proc.kill()
+            break
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(leader)
+    assert proc.returncode == 0
+    return _ANSI.sub("", b"".join(chunks).decode("utf-8", "replace")).replace("\r", "")
+
+
+def test_a_wide_headline_is_stacked_not_cut(tmp_path):
+    run = tmp_path / "mt"
+    proc = subprocess.run([sys.executable, "-m", "biaslab.cli", "run",
+                           str(ROOT / "experiments/multiturn.toml"), "--scale", "smoke",
+                           "--model", "scripted:multiturn-late", "--all-nodes", "--out", str(run),
+                           "--quiet", "--no-report"], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "BIASLAB_CACHE": "off"})
+    assert proc.returncode == 0, proc.stderr
+    text = _on_a_terminal(["report", str(run)], cwd=tmp_path)
+    headline = text[text.index("multiturn: cumulative bias"):]
+    lines = [line for line in headline.splitlines() if line.strip()]
+    assert "…" not in headline
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    # every value of the table is there whole: the exposed arm's interval and the full model name
+    assert re.search(r"cum_bias\s+0\.50 \[0\.09, 0\.91\]", headline)
+    assert re.search(r"model\s+scripted:multiturn-late", headline)
+    # and a file or pipe still gets the table, one row per line
+    piped = subprocess.run([sys.executable, "-m", "biaslab.cli", "report", str(run)],
+                           capture_output=True, text=True, timeout=300).stdout
+    assert re.search(r"│ static-anaphora_ellipsis\s+│ scripted:multiturn-late\s+│ target:stereotype",
+                     piped)
+
+
+def test_resume_of_a_missing_directory_says_so(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "biaslab.cli", "run", "--resume",
+                           "runs/missing"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("biaslab: error: no run directory at runs/missing to resume "
+                                   "(start one with: biaslab run SPEC.toml --out runs/missing)")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_protocols_with_a_spec_lists_its_protocol_only(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "biaslab.cli", "protocols", "--spec",
+                           str(ROOT / "experiments/examples/review.toml")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0
+    names = [line.split()[0] for line in proc.stdout.splitlines() if not line.startswith(" ")]
+    assert names == ["review"]
