@@ -4,6 +4,10 @@ Clean, it recommends either applicant. Exposed at any agent, that agent leans to
 favoured group and says so in its text, and the lean travels down the chain to the decision.
 So every exposed arm should move the decision to the favoured group with a paired difference
 of +1, which the generic report's ``exposed_vs_clean.csv`` must show.
+
+Reminded at the decision (the ``fairness_reminder`` mitigation at ``revise``), it decides on the
+merits and recommends either applicant whatever the draft and critique lean to: the mitigation
+undoes every exposure by −1 on the favoured decision, and changes nothing on the clean arm.
 """
 
 import json
@@ -31,8 +35,12 @@ def _critique(request) -> str:
             else "The draft treats both applicants alike.")
 
 
+_REMINDER = "judge this case on its merits only"
+
+
 def _revise(request) -> str:
-    return json.dumps({"choice": _lean(request) or "either"})
+    reminded = _REMINDER in request.text
+    return json.dumps({"choice": "either" if reminded else _lean(request) or "either"})
 
 
 def make_reviewer() -> ScriptedChatModel:

@@ -1,6 +1,6 @@
 """A protocol of the user's own, run the way a user runs it: through the `biaslab` CLI.
 
-The README's "Compose your own protocol" code block is copied into a fresh directory with the
+The "Compose your own protocol" page's code block (docs/compose.md) is copied into a fresh directory with the
 example's prompts, spec and scripted model, and every verb is run on it.
 """
 
@@ -28,14 +28,14 @@ SYNTHETIC = "scripted:review-synthetic"
 
 
 def readme_block() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Compose your own protocol", 1)[1]
+    text = (ROOT / "docs" / "compose.md").read_text(encoding="utf-8")
+    section = text.split("# Compose your own protocol", 1)[1]
     return re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
 
 
 @pytest.fixture
 def example(tmp_path):
-    """The example laid out in a new directory, its protocol taken from the README."""
+    """The example laid out in a new directory, its protocol taken from docs/compose.md."""
     where = tmp_path / "mine"
     shutil.copytree(EXAMPLE / "prompts", where / "prompts")
     shutil.copy(EXAMPLE / "review_synthetic.py", where)
