@@ -60,15 +60,16 @@ class RunResult:
     elapsed_s: float = 0.0
 
     def summary(self) -> str:
+        """Two lines that fit 80 columns for everyday counts: the cells, then the calls."""
         c = self.counters
         state = "interrupted" if self.interrupted else "done"
         others = (f"{self.cells_other_shards} belong to other shards, "
                   if self.cells_other_shards else "")
         return (f"{state}: {self.cells_run} cells run, {self.cells_skipped} already done, "
-                f"{others}{self.cells_failed} failed of {self.cells_total}; "
-                f"{c.model_calls} model calls, "
-                f"{c.cache_hits} cache hits, {c.retries} retries, {c.errors} call errors, "
-                f"{c.parse_failures} parse failures, {c.tokens} tokens in {self.elapsed_s:.1f}s")
+                f"{others}{self.cells_failed} failed of {self.cells_total} in "
+                f"{self.elapsed_s:.1f}s, {_Progress._short(c.tokens)} tokens\n  "
+                f"{c.model_calls} model calls, {c.cache_hits} cache hits, {c.retries} retries, "
+                f"{c.errors} errors, {c.parse_failures} unparsed")
 
 
 _KEPT_LOCKS: dict[Path, Any] = {}

@@ -122,3 +122,21 @@ def test_eta_follows_the_calls_while_no_cell_has_finished():
         assert 29 <= progress.eta_s() <= 31  # 4 of 8 done in 30 s, 4 left
     finally:
         progress.stop()
+
+
+def test_the_closing_summary_fits_80_columns():
+    from pathlib import Path
+
+    from biaslab.experiments.runner import RunResult
+
+    result = RunResult(Path("runs/x"), 1234)
+    result.cells_run, result.cells_skipped, result.cells_failed = 1200, 30, 4
+    result.elapsed_s = 1234.5
+    c = result.counters
+    c.model_calls, c.cache_hits, c.retries, c.errors, c.parse_failures, c.tokens = (
+        12345, 6789, 12, 4, 56, 9_876_543)
+    lines = result.summary().splitlines()
+    assert lines == ["done: 1200 cells run, 30 already done, 4 failed of 1234 in 1234.5s, "
+                     "9.9M tokens",
+                     "  12345 model calls, 6789 cache hits, 12 retries, 4 errors, 56 unparsed"]
+    assert all(len(line) <= 80 for line in lines)

@@ -8,6 +8,7 @@ import pytest
 import tomli_w
 
 from biaslab.cli import main
+from biaslab.experiments.runner import _Progress
 from biaslab.experiments.shards import in_shard, parse_shard
 from biaslab.errors import UserError
 from biaslab.traces.store import RunStore
@@ -112,8 +113,8 @@ def test_workers_end_in_one_store_equal_to_a_single_process_run(spec_file, whole
     c = merged.counts()
     merged.close()
     err = capsys.readouterr().err
-    assert c["tokens_paid"] > 0 and f", {c['tokens_paid']} tokens in " in err, err
-    assert f"; {c['calls'] - c['cache_hits']} model calls, {c['cache_hits']} cache hits" in err
+    assert c["tokens_paid"] > 0 and f", {_Progress._short(c['tokens_paid'])} tokens\n" in err, err
+    assert f"  {c['calls'] - c['cache_hits']} model calls, {c['cache_hits']} cache hits" in err
     assert not (out / "shards").exists()
     # resume and replay work on the merged run as on any other
     assert main(["run", "--resume", str(out), "--workers", "2", "--quiet", "--no-report"]) == 0
