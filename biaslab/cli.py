@@ -55,7 +55,6 @@ def cmd_run(args) -> int:
 def _run_and_report(args, plan, out) -> int:
     """Run the plan into `out` (it takes the writer lock), then write its report."""
     from biaslab.experiments.interrupts import CtrlC, kept_message
-    from biaslab.experiments.reports import write_reports
     from biaslab.traces.store import RunStore
 
     resume_hint = f"biaslab run --resume {out}"
@@ -82,13 +81,7 @@ def _run_and_report(args, plan, out) -> int:
         print(f"  shard {args.shard} done; combine the shards with: biaslab merge "
               "RUN_DIR... --out DIR", file=sys.stderr)
     if not args.no_report and not args.shard:
-        store = RunStore(out, readonly=True)
-        try:
-            written = write_reports(plan, store, out)
-        finally:
-            store.close()
-        for path in written:
-            print(f"  wrote {path}")
+        _write_report(plan, out)
         _print_headline(plan.protocol, out)
     return 1 if result.cells_failed else 0
 
@@ -158,11 +151,12 @@ def cmd_merge(args) -> int:
                   f"cells{' (shards ' + ', '.join(missing) + ' missing)' if missing else ''}; "
                   "its tables cover the rest only", file=sys.stderr)
         if not args.no_report:
-            _merged_report(plan, Path(args.out))
+            _write_report(plan, Path(args.out))
     return 0
 
 
-def _merged_report(plan, out: Path) -> None:
+def _write_report(plan, out: Path) -> None:
+    """Tables, figures and report.html of the run (or merged run) in `out`, from its store."""
     from biaslab.experiments.reports import write_reports
     from biaslab.traces.store import RunStore
 

@@ -95,3 +95,18 @@ def run_and_report_once(root: Path, spec_text: str) -> Path:
         assert main(["run", str(spec), "--out", str(out), "--quiet"]) == 0
         assert main(["report", str(out)]) == 0
     return out
+
+
+def cli(*args) -> int:
+    """``biaslab`` with these arguments, in this process; its exit code."""
+    from biaslab.cli import main
+
+    return main([str(a) for a in args])
+
+
+def table(run: Path, name: str) -> pd.DataFrame:
+    """A generic table of a run (``tables/<name>.csv``) with its text columns kept as text,
+    blanks as ""."""
+    text = {"stratum": str, "attribute": str, "group": str, "note": str}
+    return pd.read_csv(run / "tables" / f"{name}.csv", dtype=text).fillna(
+        {k: "" for k in text})

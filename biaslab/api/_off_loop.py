@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import threading
-from typing import Any, Callable, Coroutine, TypeVar
+from typing import Callable, TypeVar
+
+from biaslab.experiments.interrupts import Cancellable
 
 __all__ = ["call_off_loop", "loop_is_running", "Cancellable"]
 
@@ -44,33 +46,6 @@ def _interrupt(thread: threading.Thread) -> None:
     if thread.ident is not None:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
                                                    ctypes.py_object(KeyboardInterrupt))
-
-
-class Cancellable:
-    """``asyncio.run(coro)`` whose task another thread can cancel, as the CLI's Ctrl-C does
-    (`biaslab.experiments.interrupts.CtrlC`): the runner then returns an interrupted result."""
-
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task | None = None
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        async def main() -> T:
-            self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
-            try:
-                return await coro
-            finally:
-                self._loop = self._task = None
-
-        return asyncio.run(main())
-
-    def cancel(self) -> bool:
-        """Cancel the running coroutine; False if none is running (nothing was done)."""
-        loop, task = self._loop, self._task
-        if loop is None or task is None:
-            return False
-        loop.call_soon_threadsafe(task.cancel)
-        return True
 
 
 def call_off_loop(fn: Callable[[], T], cancel: Callable[[], bool] | None = None) -> T:

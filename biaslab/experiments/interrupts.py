@@ -27,7 +27,7 @@ from typing import Any, Coroutine
 
 from biaslab.traces.store import STORE_FILE, RunStore
 
-__all__ = ["CtrlC", "kept_message", "run_coroutine"]
+__all__ = ["CtrlC", "Cancellable", "kept_message", "run_coroutine"]
 
 EXIT_INTERRUPTED = 130
 """128 + SIGINT: what a shell reports for a command stopped by Ctrl-C."""
@@ -75,6 +75,38 @@ def _hard_exit(code: int) -> None:
     os._exit(code)
 
 
+class Cancellable:
+    """``asyncio.run(coro)`` whose task another thread (or a signal handler) can cancel: the
+    runner then returns an interrupted result. `CtrlC` cancels through one, and so does
+    ``biaslab.run`` in a notebook."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
+
+    def run(self, coro: Coroutine) -> Any:
+        async def main():
+            self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+            try:
+                return await coro
+            finally:
+                self._loop = self._task = None
+
+        return asyncio.run(main())
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None
+
+    def cancel(self) -> bool:
+        """Cancel the running coroutine; False if none is running (nothing was done)."""
+        loop, task = self._loop, self._task
+        if loop is None or task is None:
+            return False
+        loop.call_soon_threadsafe(task.cancel)
+        return True
+
+
 class CtrlC:
     """SIGINT handling for one run, as a context manager (main thread only; elsewhere inert).
 
@@ -93,8 +125,7 @@ class CtrlC:
         self.run_dir, self.cells_total = Path(run_dir), cells_total
         self.hint, self.announce = hint, announce
         self.presses = 0
-        self._task: asyncio.Task | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._running = Cancellable()
         self._previous: Any = None
         self._installed = False
 
@@ -114,15 +145,7 @@ class CtrlC:
 
     def run(self, coro: Coroutine) -> Any:
         """``asyncio.run(coro)``, with the first Ctrl-C cancelling it."""
-
-        async def main():
-            self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
-            try:
-                return await coro
-            finally:
-                self._loop = self._task = None
-
-        return asyncio.run(main())
+        return self._running.run(coro)
 
     def _on_sigint(self, signum, frame) -> None:
         self.presses += 1
@@ -130,13 +153,12 @@ class CtrlC:
             _say(f"biaslab: Ctrl-C again: quitting now. "
                  f"{kept_message(self.run_dir, self.cells_total, self.hint)}")
             _hard_exit(EXIT_INTERRUPTED)
-        loop, task = self._loop, self._task
-        if loop is None or task is None:
+        if not self._running.running:
             raise KeyboardInterrupt
         if self.announce:
             _say("biaslab: Ctrl-C: stopping; finished cells and returned answers are kept "
                  "(Ctrl-C again to quit at once)")
-        loop.call_soon_threadsafe(task.cancel)
+        self._running.cancel()
 
     def leave(self, code: int = EXIT_INTERRUPTED) -> int:
         """End an interrupted run's process once its outcome is printed.

@@ -12,20 +12,12 @@ import pandas as pd
 import pytest
 import tomli_w
 
-from biaslab.cli import main
 from biaslab.experiments.plan import make_plan
 from biaslab.experiments.spec import spec_from_dict
 from biaslab.traces.store import RunStore
 
 
-def cli(*args) -> int:
-    return main([str(a) for a in args])
-
-
-def table(run: Path, name: str) -> pd.DataFrame:
-    text = {"stratum": str, "attribute": str, "group": str, "note": str}
-    return pd.read_csv(run / "tables" / f"{name}.csv", dtype=text).fillna(
-        {k: "" for k in text})
+from support_runs import cli, table
 
 
 # -- a hiring panel whose judge favours women even when clean ----------------------------------

@@ -20,19 +20,11 @@ import pytest
 import tomli_w
 from scipy import stats
 
-from biaslab.cli import main
 from biaslab.graphs import multiturn_synthetic
 from biaslab.traces.store import RunStore
 
 
-def cli(*args) -> int:
-    return main([str(a) for a in args])
-
-
-def table(run: Path, name: str) -> pd.DataFrame:
-    text = {"stratum": str, "attribute": str, "group": str, "note": str}
-    return pd.read_csv(run / "tables" / f"{name}.csv", dtype=text).fillna(
-        {k: "" for k in text})
+from support_runs import cli, table
 
 
 def _run(tmp_path: Path, spec: dict, name: str = "run") -> Path:

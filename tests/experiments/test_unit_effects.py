@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 import tomli_w
 
-from biaslab.cli import main
 from biaslab.evaluators.exposure_effects import MIN_PAIRS_FOR_CI
 from biaslab.experiments.reports.generic import exposed_vs_clean
 from biaslab.experiments.reports.units import UNIT_KEYS
@@ -22,14 +21,7 @@ from biaslab.graphs.units import AnalysisUnit
 from biaslab.traces.store import RunStore
 
 
-def cli(*args) -> int:
-    return main([str(a) for a in args])
-
-
-def table(run: Path, name: str) -> pd.DataFrame:
-    text = {"stratum": str, "attribute": str, "group": str, "note": str}
-    return pd.read_csv(run / "tables" / f"{name}.csv", dtype=text).fillna(
-        {k: "" for k in text})
+from support_runs import cli, table
 
 
 # -- a worked example, by hand ------------------------------------------------------------------
