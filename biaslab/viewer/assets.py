@@ -225,7 +225,14 @@ async function viewCompare(params){
   app.innerHTML = `<h2>Compare</h2><p class="muted">Other conditions of this grid point:
    ${d.siblings.filter(s=>s.condition!=="none").map(s=>`<a href="#/compare?${qs({cell:s.cell_id})}">${esc(s.condition)}</a>`).join(", ")}</p>
    <p class="muted">Each row pairs the two sides' calls by node, item, sample and attempt. <mark class="changed">Marked</mark>: where the two answers differ; <mark class="exposure">marked</mark> in the messages: the injected exposure text.</p>
+   ${measuresHtml(d.measures||[])}
    <div id="compare"><div class="two">${sideHead(d.left,"Clean")}${sideHead(d.right,"Exposed")}</div>${rows}</div>`;
+}
+function measuresHtml(ms){
+  if(!ms.length) return "";
+  const v = x => x===null||x===undefined ? '<span class="muted">unscored</span>' : esc(String(x));
+  return `<h3>Measures</h3><p class="muted">The protocol's unit measures of the two cells, as <code>exposed_vs_clean.csv</code> reads them (ids and loop counters left out). <mark class="changed">Marked</mark>: they differ.</p>
+   <table id="measures"><tr><th>unit</th><th>field</th><th>clean</th><th>exposed</th></tr>${ms.map(m=>`<tr class="${m.changed?"differs":""}"><td>${esc(m.unit)}${m.stratum?` <span class="muted">${esc(m.stratum)}</span>`:""}</td><td>${esc(m.node)}: ${esc(m.field)}</td><td>${m.changed?`<mark class="changed">${v(m.left)}</mark>`:v(m.left)}</td><td>${m.changed?`<mark class="changed">${v(m.right)}</mark>`:v(m.right)}</td></tr>`).join("")}</table>`;
 }
 
 async function route(){

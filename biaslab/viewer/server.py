@@ -230,7 +230,39 @@ class ViewerApp:
                           "outputs": self.q.outputs(side["cell_id"], limit=60)})
         rows = aligned_rows(sides[0]["calls"] if sides[0] else [],
                             sides[1]["calls"] if sides[1] else [])
-        return {"left": sides[0], "right": sides[1], "siblings": siblings, "rows": rows}
+        return {"left": sides[0], "right": sides[1], "siblings": siblings, "rows": rows,
+                "measures": self.paired_measures(left, right)}
+
+    def paired_measures(self, left: dict | None, right: dict | None) -> list[dict[str, Any]]:
+        """The protocol's unit measures of the two cells side by side, as
+        ``exposed_vs_clean.csv`` reads them (its loop counters and ids left out, single
+        labels kept); empty when the run's plan cannot be loaded again."""
+        from biaslab.experiments.reports.units import cell_measures
+
+        with self._lock:
+            plan = self._plan
+        if plan is None:
+            return []
+        keyed: dict[tuple, dict[str, Any]] = {}
+        for side, cell in (("left", left), ("right", right)):
+            if cell is None or "damaged" in cell:
+                continue
+            outputs = [(o["node"], o["value"]) for o in self.q.outputs(cell["cell_id"])]
+            try:
+                found = cell_measures(plan.protocol, plan.options, cell["variant"], cell,
+                                      outputs)
+            except Exception:  # noqa: BLE001 - a protocol's reader must not break the page
+                return []
+            for m in found:
+                key = (m["node"], m["visit"], m["unit"], m["stratum"], m["field"])
+                row = keyed.setdefault(key, {"node": m["node"], "unit": m["unit"],
+                                             "stratum": m["stratum"], "field": m["field"],
+                                             "left": None, "right": None})
+                row[side] = m["value"]
+        rows = list(keyed.values())
+        for row in rows:
+            row["changed"] = row["left"] != row["right"]
+        return rows
 
 
 def _plain_value(value: Any) -> bool:

@@ -246,4 +246,7 @@ def test_compare_lines_the_two_sides_up_and_marks_changed_answers(page, viewer):
     changed = page.locator("#compare .pair pre.raw mark.changed")
     assert changed.count() >= 2
     assert "generalisation" in " ".join(changed.all_inner_texts())
+    # the unit measures of both sides, as exposed_vs_clean.csv reads them
+    fields = page.locator("#measures tr td:nth-child(2)").all_inner_texts()
+    assert sorted(fields) == ["finalize: coherence_rating", "finalize: ever_biased"]
     assert page.console_errors == []

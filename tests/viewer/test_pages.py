@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 from urllib.parse import urlencode
 from urllib.request import urlopen
 
@@ -76,3 +77,47 @@ def test_a_cell_shows_its_item_inputs(viewer):
     said = "\n".join(m["content"] for m in record["messages"])
     assert inputs["stereotype"] and inputs["stereotype"] in said
     assert get(base, "dialogue", cell=cell["cell_id"])["inputs"] == inputs
+
+
+def test_compare_shows_the_unit_measures_the_table_reads(viewer):
+    """The compare page's measures are the per-unit values exposed_vs_clean.csv is built from
+    (multiturn: ever_biased and coherence_rating of the dialogue), for both sides."""
+    from biaslab.experiments.replay import load_run_plan
+    from biaslab.experiments.reports.units import unit_frame
+    from biaslab.traces.store import RunStore
+
+    base, run = viewer
+    cell = get(base, "cells", condition="target:stereotype")["rows"][0]
+    pair = get(base, "compare", cell=cell["cell_id"])
+    measures = pair["measures"]
+    assert {m["field"] for m in measures} == {"ever_biased", "coherence_rating"}
+    plan = load_run_plan(run, check_keys=False)
+    store = RunStore(run, readonly=True)
+    frame = unit_frame(store, plan.protocol, plan.options)
+    store.close()
+    for m in measures:
+        for side, condition in (("left", "none"), ("right", "target:stereotype")):
+            want = frame[(frame["condition"] == condition) & (frame["unit"] == m["unit"])
+                         & (frame["field"] == m["field"]) & (frame["item"] == cell["item"])
+                         & (frame["variant"] == cell["variant"])]["value"]
+            assert len(want) == 1
+            got = m[side]
+            assert (got is None and want.isna().all()) or got == want.iloc[0], (m, side)
+        assert m["changed"] == (m["left"] != m["right"])
+
+
+def test_compare_measures_keep_a_single_label(tmp_path, serve_run):
+    """A label is a measure even where each cell has one value of it (the review chain's
+    decision: either on the clean arm, older when the reviser is exposed pro-older)."""
+    from biaslab.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    spec = root / "experiments" / "examples" / "review.toml"
+    run = tmp_path / "review"
+    assert main(["run", str(spec), "--model", "scripted:review-synthetic", "--out", str(run),
+                 "--quiet", "--no-report"]) == 0
+    base = serve_run(run)
+    cell = get(base, "cells", condition="revise:pro_older", seed="42")["rows"][0]
+    measures = get(base, "compare", cell=cell["cell_id"])["measures"]
+    assert [(m["node"], m["field"], m["left"], m["right"], m["changed"]) for m in measures] == [
+        ("revise", "decision", "either", "older", True)]

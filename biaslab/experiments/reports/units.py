@@ -20,7 +20,7 @@ from biaslab.graphs.units import ITEM_UNIT, AnalysisUnit, Measure
 from biaslab.prompts.exposure import condition_id
 from biaslab.traces.store import RunStore
 
-__all__ = ["unit_frame", "unit_of", "flatten", "UNIT_KEYS", "PAIR_KEYS", "ALL_GROUPS"]
+__all__ = ["unit_frame", "cell_measures", "unit_of", "flatten", "UNIT_KEYS", "PAIR_KEYS", "ALL_GROUPS"]
 
 UNIT_KEYS = ["variant", "item", "condition", "model", "seed", "node", "visit", "unit",
              "stratum", "group", "field"]
@@ -190,3 +190,44 @@ def unit_frame(store: RunStore, proto: Protocol | None = None, options: Any = No
     long["group"] = long["group"].fillna("")
     return (long.groupby(UNIT_KEYS, sort=True, dropna=False)["value"].mean()
             .reset_index())
+
+
+def cell_measures(proto: Protocol | None, options: Any, variant: str, coords: Mapping[str, Any],
+                  outputs: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """The measures one cell gives its units, read as `unit_frame` reads them, for a page
+    that shows one grid point under two arms (the viewer's compare page): the same unit rows,
+    the same measures and the same fields left out (ids, group, strata, turn-loop counters).
+
+    `outputs` are the cell's ``(node, value)`` in write order. A value is a number, a short
+    label (the table's ``decision=older`` is the label ``older`` of ``decision``) or None
+    (unscored). One entry per node visit × unit row × field."""
+    unit = unit_of(proto)
+    declared = [m.name if isinstance(m, Measure) else m for m in unit.measures]
+    measures = [m for m in unit.measures if isinstance(m, Measure)]
+    skip = set() if declared else _excluded(unit, proto, variant, options)
+    out: list[dict[str, Any]] = []
+    visits: dict[str, int] = {}
+    for node, value in outputs:
+        if (unit.node is not None and node != unit.node) or value is None:
+            continue
+        visit = visits.get(node, 0)
+        visits[node] = visit + 1
+        for row in _rows(value, unit):
+            unit_id = _lookup(unit.id, row, {}, coords)
+            if _missing(unit_id):
+                continue
+            flat = {k or "value": v for k, v in flatten(_no_lists(row)).items()}
+            read = {m.name: m.read(row) for m in measures}
+            names = declared or [k for k in flat if k not in skip and k != "id"
+                                 and not k.endswith(("_id", ".id"))]
+            base = {"node": node, "visit": visit, "unit": str(unit_id),
+                    "stratum": ", ".join(f"{s}={row.get(s)}" for s in unit.strata)}
+            for name in names:
+                v = read[name] if name in read else flat.get(name)
+                if _missing(v):
+                    out.append({**base, "field": name, "value": None})
+                elif isinstance(v, (bool, np.bool_, int, float, np.number)):
+                    out.append({**base, "field": name, "value": float(v)})
+                elif isinstance(v, str) and len(v) <= _MAX_LABEL_CHARS:
+                    out.append({**base, "field": name, "value": v})
+    return out
