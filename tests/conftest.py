@@ -5,8 +5,20 @@ conftest of its own, and an import of ``conftest`` would get whichever was loade
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
+
+@pytest.fixture(autouse=True, scope="session")
+def ctrl_c_is_not_ignored():
+    """A suite started in the background (``make test &``, ``nohup``) inherits SIGINT ignored,
+    and Python then installs no KeyboardInterrupt handler: the tests that press Ctrl-C on a
+    run in this process would wait for it forever. They test biaslab, not the shell's job
+    control, so the suite gives SIGINT its usual meaning (subprocesses it starts inherit it)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
 
 
 @pytest.fixture(autouse=True)

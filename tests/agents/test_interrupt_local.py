@@ -291,10 +291,13 @@ def test_ctrl_c_during_a_blocking_call_stops_it(model):
     timer.start()
     with pytest.raises(KeyboardInterrupt):
         model.invoke("Write letters.", **LONG)
-    assert time.monotonic() - started < 1.5
+    # The whole reply (300 tokens) takes over 6 s here on idle cores, more on busy ones;
+    # the bounds leave room for a machine that other work shares (it failed at 1.5 s while a
+    # `make demo` ran beside the suite).
+    assert time.monotonic() - started < 4.0
     started = time.monotonic()
     assert model.invoke("Say ok.", **SHORT).content == "ok"
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 4.0
 
 
 @pytest.mark.local_model
