@@ -13,13 +13,12 @@ biaslab keeps off the disk. `redact` removes every form a credential takes in on
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 from typing import Iterable
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from biaslab.agents.providers import ModelSpec, is_credential_param
+from biaslab.agents.providers import ModelSpec, client_url_parts, is_credential_param
 
 __all__ = ["redact", "secrets_of", "MASK"]
 
@@ -43,12 +42,13 @@ def secrets_of(specs: Iterable[ModelSpec]) -> list[str]:
         if not url:
             continue
         parts = urlsplit(url)
-        if "@" in parts.netloc:
+        headers = client_url_parts(url)[2]  # the user info's Basic token, as the client sends it
+        if "Authorization" in headers:
             userinfo = parts.netloc.rsplit("@", 1)[0]
-            user, _, password = userinfo.partition(":")
+            password = userinfo.partition(":")[2]
             # The user name alone is no secret (and masking it would blank common words).
-            found.update({password, unquote(password), userinfo, unquote(userinfo)})
-            found.add(base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode())
+            found.update({password, unquote(password), userinfo, unquote(userinfo),
+                          headers["Authorization"].partition(" ")[2]})
         found.update(value for name, value in parse_qsl(parts.query, keep_blank_values=True)
                      if is_credential_param(name))
     encoded = {quote(value, safe="") for value in found}

@@ -53,8 +53,13 @@ class Exposure:
                             f"got '{self.position}'")
 
     def text(self, registry: PromptRegistry) -> str:
-        template = registry.get(self.template)
-        return "\n\n".join(m["content"] for m in template.render(self.slots))
+        return instruction_text(registry, self.template, self.slots)
+
+
+def instruction_text(registry: PromptRegistry, template: str, slots: Mapping[str, str]) -> str:
+    """The text an exposure or a mitigation adds: every message of its template, rendered
+    with its slots, as one block."""
+    return "\n\n".join(m["content"] for m in registry.get(template).render(slots))
 
 
 @dataclass(frozen=True)
@@ -151,8 +156,7 @@ class Mitigation:
         return [{"role": "user", "content": self.text(registry)}]
 
     def text(self, registry: PromptRegistry) -> str:
-        template = registry.get(self.template)
-        return "\n\n".join(m["content"] for m in template.render(self.slots))
+        return instruction_text(registry, self.template, self.slots)
 
 
 def mitigation_arms(llm_nodes: Sequence[str], name: str, *, targets: str | Sequence,
