@@ -46,8 +46,10 @@ def cmd_run(args) -> int:
                   f"{kept} (add --all-nodes to put them on {args.model} too)", file=sys.stderr)
     if args.lanes:  # recorded with the spec, so shard workers and resumes use it too
         plan.spec.run.lanes = args.lanes
-    _check_shared_cache(args)
+    _check_shared_cache(args, _default_workers(args, plan))
     print(f"biaslab: {plan.n_cells()} cells → {out}", file=sys.stderr)
+    if args.workers is None and args.default_workers.why:
+        print(args.default_workers.why, file=sys.stderr)
     with keep_run_dir_locked(out):  # the report is written under the run's writer lock
         return _run_and_report(args, plan, out)
 
@@ -86,7 +88,17 @@ def _run_and_report(args, plan, out) -> int:
     return 1 if result.cells_failed else 0
 
 
-def _check_shared_cache(args) -> None:
+def _default_workers(args, plan) -> int:
+    """``--workers`` as given, or the default's choice for this plan (`choose_workers`)."""
+    from biaslab.experiments.workers import WorkerChoice, choose_workers
+
+    args.default_workers = WorkerChoice(1, "")
+    if args.workers is None and not args.shard and args.executor == "local":
+        args.default_workers = choose_workers(plan)
+    return args.workers or args.default_workers.workers
+
+
+def _check_shared_cache(args, workers: int) -> None:
     """A shared cache path that cannot work stops the run before anything is written (shard
     workers open it only after their directories exist). Workers on this machine get it
     repaired here first, so that no two of them move a damaged cache aside at once."""
@@ -96,7 +108,7 @@ def _check_shared_cache(args) -> None:
     path = None if args.no_cache else shared_cache_path()
     if path is None:
         return
-    if (args.workers or 1) > 1 and args.executor == "local" and not args.shard:
+    if workers > 1 and args.executor == "local" and not args.shard:
         open_shared_cache(path).close()
     else:
         check_shared_cache(path)
@@ -107,7 +119,7 @@ def _dispatch_run(args, plan, out, ctrl_c):
     from biaslab.experiments import shards
     from biaslab.experiments.runner import run_plan
 
-    workers = args.workers or 1
+    workers = args.workers or args.default_workers.workers
     if args.shard:
         if args.workers or args.executor != "local":
             raise UserError("--shard runs one shard in this process; it does not combine with "
@@ -116,7 +128,7 @@ def _dispatch_run(args, plan, out, ctrl_c):
         result = ctrl_c.run(run_plan(plan, out, resume=args.resume,
                                      concurrency=args.concurrency,
                                      use_shared_cache=not args.no_cache,
-                                     progress=not args.quiet, only=shards.in_shard(i, n),
+                                     progress=not args.quiet, only=shards.in_shard(i, n, plan),
                                      shard=True))
         shards.mark_shard(out, i, n)
         return result
@@ -124,7 +136,7 @@ def _dispatch_run(args, plan, out, ctrl_c):
         return shards.run_sharded(plan, out, workers=workers, executor=args.executor,
                                   resume=args.resume, concurrency=args.concurrency,
                                   use_shared_cache=not args.no_cache,
-                                  ray_address=args.ray_address)
+                                  ray_address=args.ray_address, progress=not args.quiet)
     return ctrl_c.run(run_plan(plan, out, resume=args.resume, concurrency=args.concurrency,
                                use_shared_cache=not args.no_cache, progress=not args.quiet))
 
@@ -581,7 +593,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-report", action="store_true", help="skip tables and figures")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--workers", type=int, nargs="?", const=os.cpu_count() or 1,
-                   help="run cells in N processes (alone: one per core), merged into one store")
+                   help="run cells in N processes (alone: one per core), merged into one store "
+                        "(default: one process; one per core for a large grid on scripted "
+                        "models only, see docs/throughput.md)")
     r.add_argument("--shard", metavar="I/N", help="run only shard I of N of the grid into "
                                                    "--out (combine with biaslab merge)")
     r.add_argument("--executor", choices=["local", "ray"], default="local",

@@ -15,13 +15,16 @@ ROOT = Path(__file__).resolve().parents[1]
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def _on_a_terminal(args: list[str], cwd: Path, columns: int = 80) -> str:
-    """Run biaslab with stdout on a pseudo-terminal of `columns` columns; its plain text."""
+def _on_a_terminal(args: list[str], cwd: Path, columns: int = 80, stderr: bool = False) -> str:
+    """Run biaslab with stdout (or stderr) on a pseudo-terminal of `columns` columns; its
+    plain text."""
     leader, follower = pty.openpty()
     env = {**os.environ, "COLUMNS": str(columns), "LINES": "50", "BIASLAB_CACHE": "off",
            "TERM": "xterm"}
+    streams = ({"stdout": subprocess.DEVNULL, "stderr": follower} if stderr
+               else {"stdout": follower, "stderr": subprocess.DEVNULL})
     proc = subprocess.Popen([sys.executable, "-m", "biaslab.cli", *args], cwd=cwd, env=env,
-                            stdout=follower, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, **streams)
     os.close(follower)
     chunks = []
     while True:
@@ -81,3 +84,25 @@ def test_protocols_with_a_spec_lists_its_protocol_only(tmp_path):
     assert proc.returncode == 0
     names = [line.split()[0] for line in proc.stdout.splitlines() if not line.startswith(" ")]
     assert names == ["review"]
+
+
+def test_workers_draw_one_progress_bar_from_their_stores(tmp_path):
+    """`--workers 2` shows the bar one process would: every cell and call of both shards."""
+    import tomli_w
+
+    from biaslab.traces.store import RunStore
+    from support_runs import amplification_spec
+
+    spec = tmp_path / "grid.toml"
+    spec.write_text(tomli_w.dumps(amplification_spec(options={
+        "datasets": ["math"], "pipelines": ["E0", "E1"], "max_test": 20},
+        run={"seeds": list(range(1, 9))})))
+    run = tmp_path / "run"
+    text = _on_a_terminal(["run", str(spec), "--out", str(run), "--workers", "2",
+                           "--no-report"], cwd=tmp_path, stderr=True)
+    store = RunStore(run, readonly=True)
+    cells, calls = len(store.cells()), store.counts()
+    store.close()
+    assert re.search(rf"cells .*\b{cells}/{cells}\b", text), text[-2000:]
+    paid = calls["calls"] - calls["cache_hits"] - calls["call_errors"]
+    assert f"calls {paid:,} " in text and f"cached {calls['cache_hits']:,} " in text, text[-2000:]

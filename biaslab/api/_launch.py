@@ -68,6 +68,13 @@ def run(spec: "str | Path | ExperimentSpec | dict[str, Any]", *, out: str | Path
     if lanes:  # recorded with the spec, so shard workers and resumes use it too
         plan.spec.run.lanes = lanes
     print(f"biaslab: {plan.n_cells()} cells → {run_dir}", file=sys.stderr)
+    if workers is None and not shard and executor == "local":
+        from biaslab.experiments.workers import choose_workers
+
+        choice = choose_workers(plan)
+        workers = choice.workers
+        if choice.why:
+            print(choice.why.replace("--workers 1", "workers=1"), file=sys.stderr)
     runner = Cancellable()
     result = call_off_loop(lambda: _execute(
         runner, plan, run_dir, resume=resume, concurrency=concurrency,
@@ -153,13 +160,14 @@ def _execute(runner: Cancellable, plan: "Plan", run_dir: Path, *, resume: bool, 
         i, n = shards.parse_shard(shard)
         result = runner.run(run_plan(plan, run_dir, resume=resume, concurrency=concurrency,
                                      use_shared_cache=use_shared_cache, progress=progress,
-                                     only=shards.in_shard(i, n), shard=True))
+                                     only=shards.in_shard(i, n, plan), shard=True))
         shards.mark_shard(run_dir, i, n)
         return result
     if workers > 1 or executor == "ray":
         return shards.run_sharded(plan, run_dir, workers=workers, executor=executor,
                                   resume=resume, concurrency=concurrency,
-                                  use_shared_cache=use_shared_cache, ray_address=ray_address)
+                                  use_shared_cache=use_shared_cache, ray_address=ray_address,
+                                  progress=progress)
     return runner.run(run_plan(plan, run_dir, resume=resume, concurrency=concurrency,
                                use_shared_cache=use_shared_cache, progress=progress))
 

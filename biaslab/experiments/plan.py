@@ -123,8 +123,12 @@ class Plan:
                     yield Cell(n, variant, item, condition, model, seed, self.protocol.name)
                     n += 1
 
+    def n_cells_per_condition(self) -> int:
+        """Cells of one variant and one condition: items × models × seeds."""
+        return len(self.protocol.items(self.options)) * len(self.models) * len(self.spec.run.seeds)
+
     def n_cells(self) -> int:
-        per = len(self.protocol.items(self.options)) * len(self.models) * len(self.spec.run.seeds)
+        per = self.n_cells_per_condition()
         return sum(len(self.conditions[v]) * per for v in self.protocol.variants(self.options))
 
     def fingerprint(self) -> str:

@@ -1,8 +1,9 @@
 """Runs split into shards: several processes on one machine, or Ray tasks on a cluster.
 
-A shard is a deterministic slice of the grid (``cell.ord % n == i``) run into a store of its
-own; `merge_runs` copies finished cells, their calls and outputs, and the response cache of
-any number of shard stores into one run store. Cells are independent and their answers come
+A shard is a deterministic slice of the grid (every n-th item, model and seed, with all its
+variants and conditions: see `in_shard`) run into a store of its own; `merge_runs` copies finished cells,
+their calls and outputs, and the response cache of any number of shard stores into one run
+store. Cells are independent and their answers come
 from content-addressed calls, so the merged store equals a single-process run cell for cell
 (only which call was a cache hit, and timings, differ).
 
@@ -16,9 +17,11 @@ A resumed run resumes each shard and merges again, so nothing is paid for twice.
 
 from __future__ import annotations
 
+import multiprocessing
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,10 +52,41 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def in_shard(i: int, n: int) -> Callable[[Cell], bool]:
-    """The cells of shard i of n: every n-th cell of the grid order, so each shard gets a
-    similar mix of variants, items and conditions."""
-    return lambda cell: cell.ord % n == i
+def in_shard(i: int, n: int, plan: Plan | None = None) -> Callable[[Cell], bool]:
+    """The cells of shard i of n: every n-th (item, model, seed) of the grid order, with all
+    its variants and conditions.
+
+    Those cells share work: exposed arms reuse their clean arm's unexposed calls, variants
+    reuse each other's steps, and all of them the protocol's per-item, per-seed state (a data
+    split, a fitted predictor). Cut across shards, each shard would pay for it again. Dealt
+    round-robin, the shards still get a similar mix of items and seeds.
+
+    A grid with fewer than 4 such groups per shard would be dealt unevenly, so it is dealt by
+    (variant, item, model, seed) instead, and with fewer than 4 of those per shard cell by
+    cell, as it is without a `plan`.
+    """
+    if plan is None:
+        return lambda cell: cell.ord % n == i
+    starts: list[tuple[int, int, int]] = []  # (first ord, group size, groups before) per variant
+    first = groups = 0
+    per_variant = plan.n_cells_per_condition()
+    for variant in plan.protocol.variants(plan.options):
+        size = max(1, len(plan.conditions[variant]))
+        starts.append((first, size, groups))
+        first += size * per_variant
+        groups += per_variant
+    if per_variant >= 4 * n:
+        starts = [(begin, size, 0) for begin, size, _ in starts]  # (item, model, seed) index
+    elif groups < 4 * n:
+        return lambda cell: cell.ord % n == i
+
+    def wanted(cell: Cell) -> bool:
+        for begin, size, before in reversed(starts):
+            if cell.ord >= begin:
+                return (before + (cell.ord - begin) // size) % n == i
+        return cell.ord % n == i
+
+    return wanted
 
 
 # -- merging ----------------------------------------------------------------------------------
@@ -161,7 +195,7 @@ def run_shard(shard_dir: str | Path, shard: str, *, main_dir: str | Path | None 
     i, n = parse_shard(shard)
     shard_dir = Path(shard_dir)
     plan = make_plan(load_run_spec(shard_dir))
-    wanted = in_shard(i, n)
+    wanted = in_shard(i, n, plan)
     sources: list[RunStore] = []
     done_before: set[str] = set()
     if main_dir is not None and (Path(main_dir) / STORE_FILE).is_file():
@@ -195,21 +229,85 @@ def mark_shard(run_dir: str | Path, i: int, n: int) -> None:
         store.close()
 
 
-def _worker_command(shard_dir: Path, shard: str, main_dir: Path, concurrency: int | None,
-                    use_shared_cache: bool) -> list[str]:
-    cmd = [sys.executable, "-m", "biaslab.experiments.shards", str(shard_dir), shard,
-           "--main", str(main_dir)]
+def _worker_args(shard_dir: Path, shard: str, main_dir: Path, concurrency: int | None,
+                 use_shared_cache: bool) -> list[str]:
+    args = [str(shard_dir), shard, "--main", str(main_dir)]
     if concurrency:
-        cmd += ["--concurrency", str(concurrency)]
+        args += ["--concurrency", str(concurrency)]
     if not use_shared_cache:
-        cmd.append("--no-cache")
-    return cmd
+        args.append("--no-cache")
+    return args
+
+
+def _forked_worker(argv: list[str]) -> None:
+    sys.exit(_main(argv))
+
+
+def _can_fork() -> bool:
+    """Forking is safe while this process runs no other thread (a fork copies only the
+    calling thread, so a lock held elsewhere would stay locked in the child forever)."""
+    return "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+
+
+class LocalWorker:
+    """A worker process on this machine, forked or started afresh (`started`)."""
+
+    def __init__(self, proc, started: str):
+        self.proc, self.started = proc, started
+
+    def poll(self) -> int | None:
+        """The exit code, or None while it runs."""
+        if self.started == "fork":
+            return None if self.proc.is_alive() else self.proc.exitcode
+        return self.proc.poll()
+
+    def wait(self) -> int:
+        if self.started == "fork":
+            self.proc.join()
+            return self.proc.exitcode
+        return self.proc.wait()
+
+
+def start_local_workers(jobs: Sequence[tuple[Path, str]], main_dir: Path,
+                        concurrency: int | None, use_shared_cache: bool) -> list[LocalWorker]:
+    """Start one worker per shard on this machine.
+
+    Workers are forked where that is safe, so they start with this process's imports, data
+    splits and compiled prompts already in memory: a new interpreter pays about 2 s of CPU
+    importing LangGraph, pandas and the protocols before its first cell, which on a grid of
+    a few thousand cells costs more than the second core gives back. Elsewhere (no fork, or
+    another thread running) each worker is a new ``python -m biaslab.experiments.shards``.
+    Both kinds are in this process's group, so Ctrl-C reaches them as it reaches us.
+    """
+    argvs = [_worker_args(d, s, main_dir, concurrency, use_shared_cache) for d, s in jobs]
+    if _can_fork():
+        context = multiprocessing.get_context("fork")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        workers = [LocalWorker(context.Process(target=_forked_worker, args=(argv,)), "fork")
+                   for argv in argvs]
+        for worker in workers:
+            worker.proc.start()
+        return workers
+    return [LocalWorker(subprocess.Popen([sys.executable, "-m", "biaslab.experiments.shards",
+                                          *argv]), "spawn") for argv in argvs]
+
+
+def _watch(workers: Sequence[LocalWorker], watch) -> list[int]:
+    """Wait for every worker, redrawing the progress bar from their stores meanwhile."""
+    try:
+        while any(w.poll() is None for w in workers):
+            watch.update()
+            time.sleep(0.1)
+    finally:
+        watch.close()
+    return [w.wait() for w in workers]
 
 
 def run_sharded(plan: Plan, run_dir: str | Path, *, workers: int, executor: str = "local",
                 resume: bool = False, concurrency: int | None = None,
                 use_shared_cache: bool = True, ray_address: str | None = None,
-                keep_shards: bool = False) -> RunResult:
+                keep_shards: bool = False, progress: bool = False) -> RunResult:
     """Run `plan` in `workers` shards (processes here, or Ray tasks) into one run store.
 
     The shard stores (``RUN_DIR/shards/I-of-N``) are merged into ``RUN_DIR``'s store at the
@@ -225,6 +323,7 @@ def run_sharded(plan: Plan, run_dir: str | Path, *, workers: int, executor: str 
         store = open_store(run_dir, check_rows=not resume)  # a resume repairs damaged cells
         try:
             prepare_store(store, plan, run_dir, resume=resume)
+            done_before = store.counts()["cells_done"] if resume else 0
         finally:
             store.close()
         shards_root = run_dir / SHARDS_DIR
@@ -243,17 +342,18 @@ def run_sharded(plan: Plan, run_dir: str | Path, *, workers: int, executor: str 
             jobs.append((shard_dir, f"{i}/{workers}"))
         interrupted = False
         nodes: list[str] = []
-        procs: list[subprocess.Popen] = []
+        waits: list[LocalWorker] = []
         try:
             if executor == "ray":
                 from biaslab.experiments.ray_shards import run_with_ray
 
                 nodes = run_with_ray(jobs, run_dir, concurrency, use_shared_cache, ray_address)
             elif executor == "local":
-                procs = [subprocess.Popen(_worker_command(d, s, run_dir, concurrency,
-                                                          use_shared_cache))
-                         for d, s in jobs]
-                codes = [p.wait() for p in procs]
+                from biaslab.experiments.worker_progress import WorkerProgress
+
+                waits = start_local_workers(jobs, run_dir, concurrency, use_shared_cache)
+                codes = _watch(waits, WorkerProgress(plan.n_cells(), done_before,
+                                                     [d for d, _ in jobs], progress))
                 if 2 in codes:  # the worker printed its one-line reason
                     shard = jobs[codes.index(2)][1]
                     raise UserError(f"the worker for shard {shard} stopped on an error "
@@ -263,14 +363,17 @@ def run_sharded(plan: Plan, run_dir: str | Path, *, workers: int, executor: str 
                 raise UserError(f"unknown executor '{executor}' (local or ray)")
         except KeyboardInterrupt:
             interrupted = True
-            for proc in procs:  # Ctrl-C reached the workers too: merge what they kept
-                proc.wait()
+            for worker in waits:  # Ctrl-C reached the workers too: merge what they kept
+                worker.wait()
         merged = merge_runs([d for d, _ in jobs if (d / STORE_FILE).is_file()], run_dir,
                             _locked=True)
-        if nodes:  # where each Ray shard ran, for the record (and the multi-node test)
+        how = {"shard_nodes": nodes} if nodes else {}  # where each Ray shard ran
+        if executor == "local" and waits:
+            how["workers_started"] = waits[0].started  # fork or spawn
+        if how:  # for the record (and the tests)
             store = RunStore(run_dir)
             try:
-                store.set_meta(shard_nodes=nodes)
+                store.set_meta(**how)
             finally:
                 store.close()
     finally:

@@ -155,3 +155,107 @@ def test_merge_never_replaces_a_done_cell_with_a_failed_one(tmp_path):
     assert fresh.merge_from(tmp_path / "bad") == 1 and fresh.merge_from(tmp_path / "good") == 1
     assert list(fresh.cells()["status"]) == ["done"] and len(list(fresh.iter_calls())) == 1
     fresh.close()
+
+
+def test_shards_keep_a_clean_arm_with_its_exposed_arms_and_stay_balanced():
+    """Shards deal out groups (item, model, seed), never cut one: the exposed arms of a group
+    reuse its clean arm's unexposed calls, its variants each other's steps, and all of them
+    its data split."""
+    from biaslab.experiments.plan import make_plan
+    from biaslab.experiments.spec import spec_from_dict
+
+    spec = dict(SPEC, run={"seeds": list(range(1, 14))})
+    plan = make_plan(spec_from_dict(spec, where="test"))
+    cells = list(plan.cells())
+    for n in (2, 3):  # 13 groups: at least 4 per shard
+        shard_of = {}
+        for i in range(n):
+            wanted = in_shard(i, n, plan)
+            for cell in cells:
+                if wanted(cell):
+                    assert cell.id not in shard_of
+                    shard_of[cell.id] = i
+        assert len(shard_of) == len(cells)  # a partition of the grid
+        groups: dict[tuple, set[int]] = {}
+        for cell in cells:
+            groups.setdefault((cell.item, cell.model.label, cell.seed),
+                              set()).add(shard_of[cell.id])
+        assert all(len(s) == 1 for s in groups.values())
+        per_shard = [sum(1 for s in groups.values() if s == {i}) for i in range(n)]
+        assert max(per_shard) - min(per_shard) <= 1, per_shard
+    # Too few groups to deal evenly (13 < 4 x 4): dealt by variant, item, model and seed,
+    # and a grid of one item, model and seed (test_three_shards_...) cell by cell.
+    for i in range(4):
+        wanted = in_shard(i, 4, plan)
+        assert [c.ord for c in cells if wanted(c)]
+
+
+def test_workers_are_forked_when_no_other_thread_runs(spec_file, whole, tmp_path):
+    """`biaslab run --workers 2` as a user runs it forks its workers (no second interpreter
+    start-up); with another thread alive it starts new interpreters instead. Both equal a
+    single-process run."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    out = tmp_path / "forked"
+    env = dict(os.environ, BIASLAB_CACHE="off")
+    proc = subprocess.run([sys.executable, "-m", "biaslab", "run", str(spec_file), "--workers",
+                           "2", "--out", str(out), "--quiet"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert RunStore(out, readonly=True).meta()["workers_started"] == "fork"
+    assert_same_run(out, whole)
+
+    stop = threading.Event()
+    busy = threading.Thread(target=stop.wait, daemon=True)
+    busy.start()
+    try:
+        spawned = tmp_path / "spawned"
+        assert main(["run", str(spec_file), "--workers", "2", "--out", str(spawned),
+                     "--quiet"]) == 0
+    finally:
+        stop.set()
+    assert RunStore(spawned, readonly=True).meta()["workers_started"] == "spawn"
+    assert_same_run(spawned, whole)
+
+
+def test_default_workers_only_for_large_all_scripted_grids():
+    from biaslab.experiments.plan import make_plan
+    from biaslab.experiments.spec import spec_from_dict
+    from biaslab.experiments.workers import BREAK_EVEN_CELLS, choose_workers
+
+    plan = make_plan(spec_from_dict(SPEC, where="test"))
+    n = plan.n_cells()
+    assert n < BREAK_EVEN_CELLS and choose_workers(plan, cores=8).workers == 1
+    many = make_plan(spec_from_dict(dict(SPEC, run={"seeds": list(range(1, 200))}),
+                                    where="test"))
+    cells = many.n_cells()
+    assert cells >= BREAK_EVEN_CELLS
+    assert choose_workers(many, cores=1).workers == 1
+    assert choose_workers(many, cores=2).workers == 2
+    # one worker per core, each with at least half the break-even size
+    assert choose_workers(many, cores=64).workers == cells // (BREAK_EVEN_CELLS // 2)
+    hosted = make_plan(spec_from_dict(dict(SPEC, models=["ollama:llama3"],
+                                           run={"seeds": list(range(1, 200))}), where="test"),
+                       check_keys=False)
+    assert hosted.n_cells() >= BREAK_EVEN_CELLS and choose_workers(hosted, cores=8).workers == 1
+
+
+def test_the_default_starts_workers_above_the_break_even(spec_file, whole, tmp_path, capsys,
+                                                         monkeypatch):
+    from biaslab.experiments import workers
+
+    monkeypatch.setattr(workers, "BREAK_EVEN_CELLS", 4)
+    monkeypatch.setattr(workers, "usable_cores", lambda: 2)
+    out = tmp_path / "auto"
+    capsys.readouterr()
+    assert main(["run", str(spec_file), "--out", str(out), "--quiet"]) == 0
+    assert "biaslab: 2 worker processes (" in capsys.readouterr().err
+    assert "workers_started" in RunStore(out, readonly=True).meta()
+    assert_same_run(out, whole)
+    one = tmp_path / "one"
+    assert main(["run", str(spec_file), "--out", str(one), "--quiet", "--workers", "1"]) == 0
+    assert "worker processes" not in capsys.readouterr().err
+    assert "workers_started" not in RunStore(one, readonly=True).meta()
