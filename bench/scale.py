@@ -144,13 +144,37 @@ def m_cpu(kind: str, n: int, lanes: int = 0) -> dict:
     return out
 
 
-def m_cpu_fresh(kind: str, n: int) -> dict:
+def m_cpu_fresh(kind: str, n: int, fits: str = "") -> dict:
     """CPU per call record of the first run in a new process, as ``biaslab run`` pays it: the
-    data split, the model fits and every other first-time cost included (imports excluded)."""
+    data split, the model fits and every other first-time cost included (imports excluded).
+    `fits`: a directory for fitted models on disk (biaslab.datasets.fit_cache), else none.
+    Also counts the fits the run made and their CPU (thread time of the fitting threads)."""
     plan = _flat_plan(n) if kind == "flat" else _e2_plan()
+    if fits:
+        from biaslab.datasets import fit_cache
+        fit_cache.keep_fits_in(fits)
+    made = _count_fits()
     out = _run(plan, 16)
     out["cpu_ms_per_call"] = out["cpu_s"] / out["calls"] * 1e3
+    out["fits"], out["fit_cpu_s"] = len(made), sum(made)
     return out
+
+
+def _count_fits() -> list[float]:
+    """Record each ML fit's CPU seconds (it runs in one thread: thread_time is its own)."""
+    from biaslab.datasets import student
+
+    made, fit = [], student.fit_ml_predictor
+
+    def counted(split):
+        t0 = time.thread_time()
+        try:
+            return fit(split)
+        finally:
+            made.append(time.thread_time() - t0)
+
+    student.fit_ml_predictor = counted
+    return made
 
 
 def m_jitter(kind: str, lanes: int, c: int = 64) -> dict:

@@ -9,6 +9,7 @@ Attribution and checksums of the shipped files: ``files/student/SOURCE.md``.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import threading
@@ -17,16 +18,16 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
-from sklearn.compose import ColumnTransformer
-from sklearn.ensemble import GradientBoostingClassifier
-from sklearn.metrics import accuracy_score, roc_auc_score
-from sklearn.model_selection import train_test_split
-from sklearn.pipeline import Pipeline
-from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
+from biaslab.datasets import fit_cache
 from biaslab.errors import UserError
+
+if TYPE_CHECKING:  # scikit-learn is imported where a split is made or a model fitted: every
+    from sklearn.pipeline import Pipeline  # `biaslab` command would otherwise pay ~0.6 s for it
 
 __all__ = [
     "DATASETS",
@@ -222,6 +223,8 @@ def split_student(df: pd.DataFrame, *, dataset: str, seed: int, test_size: float
     if df["fail"].nunique() < 2:
         raise UserError(f"{size} needs both passing and failing students (G3 >= 10 and < 10): "
                         "the ML predictor and the split are stratified on pass/fail")
+    from sklearn.model_selection import train_test_split
+
     try:
         train_idx, test_idx = train_test_split(df.index.to_numpy(), test_size=test_size,
                                                stratify=df["fail"], random_state=seed)
@@ -259,22 +262,23 @@ def training_summary(split: StudentSplit) -> dict:
         "by_sex": {name: tr["sex_code"] == code for name, code in _SEX_CODES.items()},
         "by_outcome": {"fail": fail == 1, "pass": fail == 0},
     }
+    # Means from exact integer sums (every key feature is an integer column): the same floats
+    # as pandas' per-column mean (a float sum of integers is exact), in one pass per group.
+    key_values = tr.loc[:, list(_KEY_FEATURES)].to_numpy(dtype=np.int64)
     means = {
-        kind: {label: {f: _r(tr.loc[mask, f].mean()) for f in _KEY_FEATURES}
-               for label, mask in masks.items()}
+        kind: {label: _group_means(key_values, mask.to_numpy()) for label, mask in masks.items()}
         for kind, masks in groups.items()
     }
     corr = []
+    failing = fail.astype(float)
     for f in (c for c in NUMERIC_COLUMNS if c != "G3"):
-        r = _r(tr[f].astype(float).corr(fail.astype(float)))
+        r = _r(tr[f].astype(float).corr(failing))
         if r is not None:
             corr.append((f, r))
     corr.sort(key=lambda fr: (-abs(fr[1]), fr[0]))
-    categorical = {
-        col: {str(cat): {"n": int(len(g)), "fail_rate": _r(g.mean())}
-              for cat, g in sorted(fail.groupby(tr[col].astype(str)), key=lambda kv: kv[0])}
-        for col in _SUMMARY_CATEGORICALS
-    }
+    failed = fail.tolist()
+    categorical = {col: _rates_by_category(tr[col].astype(str).tolist(), failed)
+                   for col in _SUMMARY_CATEGORICALS}
     return {
         "n_train": int(len(tr)),
         "fail_rate": _r(fail.mean()),
@@ -283,6 +287,25 @@ def training_summary(split: StudentSplit) -> dict:
         "correlation_with_fail": [[f, r] for f, r in corr[:10]],
         "fail_rate_by_category": categorical,
     }
+
+
+def _group_means(values: np.ndarray, mask: np.ndarray) -> dict:
+    n = int(mask.sum())
+    if not n:
+        return {f: None for f in _KEY_FEATURES}
+    sums = values[mask].sum(axis=0)
+    return {f: _r(int(total) / n) for f, total in zip(_KEY_FEATURES, sums)}
+
+
+def _rates_by_category(categories: list[str], failed: list[int]) -> dict:
+    """{category: {"n", "fail_rate"}} in sorted order, as a groupby would give (the rate of
+    0/1 labels is an exact count over n, so the float is the same)."""
+    counts: dict[str, list[int]] = {}
+    for cat, f in zip(categories, failed):
+        seen = counts.setdefault(cat, [0, 0])
+        seen[0] += 1
+        seen[1] += f
+    return {cat: {"n": n, "fail_rate": _r(k / n)} for cat, (n, k) in sorted(counts.items())}
 
 
 def _fmt(x: float | None) -> str:
@@ -337,8 +360,9 @@ def records_table(frame: pd.DataFrame, feature_columns) -> str:
     comma-separated values. About half the tokens of `record_text` per record, which matters
     on a small local model; the same hidden columns are skipped."""
     columns = visible_columns(feature_columns)
-    rows = [f"{i + 1}. " + ",".join(str(row[c]) for c in columns)
-            for i, (_, row) in enumerate(frame.iterrows())]
+    by_column = [frame[c].tolist() for c in columns]  # column-wise: iterrows is ~20x slower
+    rows = [f"{i + 1}. " + ",".join(map(str, values))
+            for i, values in enumerate(zip(*by_column))]
     return "\n".join([f"Columns: {','.join(columns)}", *rows])
 
 
@@ -363,6 +387,8 @@ class MLPredictor:
 
     def evaluate(self, split: StudentSplit) -> dict:
         """Accuracy (threshold 0.5) and ROC AUC on the test split; AUC is None if one class."""
+        from sklearn.metrics import accuracy_score, roc_auc_score
+
         p = self.predict_proba(split.test)
         y = split.y_test
         auc = float(roc_auc_score(y, p)) if len(np.unique(y)) == 2 else None
@@ -377,6 +403,18 @@ def fit_ml_predictor(split: StudentSplit) -> MLPredictor:
     subsampling, so the ML anchor varies only with the data.
     """
     feats = split.feature_columns
+    pipe = _ml_pipeline(feats)
+    pipe.fit(split.train.loc[:, list(feats)], split.y_train)
+    return MLPredictor(pipeline=pipe, feature_columns=tuple(feats), seed=ML_RANDOM_STATE)
+
+
+def _ml_pipeline(feats) -> Pipeline:
+    """The unfitted baseline: scaling + one-hot + the paper's gradient boosting."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import GradientBoostingClassifier
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
     numeric = [c for c in feats if c in NUMERIC_COLUMNS]
     categorical = [c for c in feats if c not in NUMERIC_COLUMNS]
     pre = ColumnTransformer([
@@ -385,9 +423,30 @@ def fit_ml_predictor(split: StudentSplit) -> MLPredictor:
     ])
     clf = GradientBoostingClassifier(n_estimators=100, max_depth=4, learning_rate=0.1,
                                      subsample=0.8, random_state=ML_RANDOM_STATE)
-    pipe = Pipeline([("pre", pre), ("gbc", clf)])
-    pipe.fit(split.train.loc[:, list(feats)], split.y_train)
-    return MLPredictor(pipeline=pipe, feature_columns=tuple(feats), seed=ML_RANDOM_STATE)
+    return Pipeline([("pre", pre), ("gbc", clf)])
+
+
+def fit_inputs(split: StudentSplit, table_digest: str) -> dict:
+    """Everything `fit_ml_predictor(split)` depends on, for its entry on disk
+    (biaslab.datasets.fit_cache): the data (`table_digest` of the frame the split was cut from,
+    and the numbers of the training rows, which together fix the exact rows and labels the
+    model sees: the data file, the split seed and the split code are all covered), the model's
+    parameters, and the versions of the libraries that fit and unpickle it."""
+    import sklearn
+
+    rows = hashlib.sha256(split.train.index.to_numpy(dtype=np.int64).tobytes()).hexdigest()
+    return {"table": table_digest, "train_rows": rows, "features": list(split.feature_columns),
+            "model": {name: _plain(value) for name, value
+                      in _ml_pipeline(split.feature_columns).get_params(deep=True).items()},
+            "versions": {"scikit-learn": sklearn.__version__, "numpy": np.__version__,
+                         "pandas": pd.__version__}}
+
+
+def table_digest(df: pd.DataFrame) -> str:
+    """A hash of a `load_student` frame's content: values, row numbers, columns and dtypes."""
+    digest = hashlib.sha256(pd.util.hash_pandas_object(df, index=True).to_numpy().tobytes())
+    digest.update(repr([(c, str(t)) for c, t in df.dtypes.items()]).encode())
+    return digest.hexdigest()
 
 
 # -- shared views: every cell, report and test of a dataset × seed uses one split and one model --
@@ -413,14 +472,35 @@ def _single_flight(name: str, key: tuple) -> threading.Lock:
 
 @lru_cache(maxsize=256)
 def _split(dataset: str, seed: int, max_test: int | None, data_dir: str | None) -> StudentSplit:
-    return split_student(_cached_table(dataset, data_dir).copy(), dataset=dataset, seed=seed,
+    # (split_student only reads the table, and copies the rows it keeps)
+    return split_student(_cached_table(dataset, data_dir), dataset=dataset, seed=seed,
                          max_test=max_test)
+
+
+def _plain(value):
+    """A parameter as JSON-able data: a nested estimator by its class (its own parameters are
+    listed beside it in ``get_params(deep=True)``), which is cheaper than its repr."""
+    if hasattr(value, "get_params"):
+        return f"{type(value).__module__}.{type(value).__qualname__}"
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 @lru_cache(maxsize=256)
 def _predictor(dataset: str, seed: int, max_test: int | None, data_dir: str | None
                ) -> MLPredictor:
-    return fit_ml_predictor(cached_split(dataset, seed, max_test, data_dir))
+    split = cached_split(dataset, seed, max_test, data_dir)
+    # On disk too: a new process (a worker, `biaslab report`) loads the fit instead of paying
+    # ~0.13 s of CPU per split again.
+    inputs = fit_inputs(split, _table_digest(dataset, data_dir))
+    return fit_cache.cached_fit("student-ml", inputs, lambda: fit_ml_predictor(split),
+                                check=lambda value: isinstance(value, MLPredictor))
+
+
+@lru_cache(maxsize=8)
+def _table_digest(dataset: str, data_dir: str | None) -> str:
+    return table_digest(_cached_table(dataset, data_dir))
 
 
 def cached_split(dataset: str, seed: int, max_test: int | None = None,
@@ -439,3 +519,24 @@ def cached_ml_predictor(dataset: str, seed: int, max_test: int | None = None,
     key = (dataset, seed, max_test, data_dir)
     with _single_flight("predictor", key):
         return _predictor(*key)
+
+
+def cached_test_probabilities(dataset: str, seed: int, max_test: int | None = None,
+                              data_dir: str | None = None) -> tuple[float, ...]:
+    """`cached_ml_predictor`'s P(fail) per test row of `cached_split`, in row order.
+
+    Kept on disk beside the fit (a pure function of the fit's inputs and the test rows), so a
+    new process neither loads the model nor runs it: ~15 ms of CPU per split."""
+    split = cached_split(dataset, seed, max_test, data_dir)
+    inputs = fit_inputs(split, _table_digest(dataset, data_dir))
+    inputs["test_rows"] = hashlib.sha256(
+        split.test.index.to_numpy(dtype=np.int64).tobytes()).hexdigest()
+
+    def predict() -> tuple[float, ...]:
+        predictor = cached_ml_predictor(dataset, seed, max_test, data_dir)
+        return tuple(float(p) for p in predictor.predict_proba(split.test))
+
+    return fit_cache.cached_fit(
+        "student-ml-test-p", inputs, predict,
+        check=lambda value: isinstance(value, tuple) and len(value) == len(split.test)
+        and all(type(p) is float for p in value))

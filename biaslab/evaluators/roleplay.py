@@ -30,7 +30,6 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
-from statsmodels.stats.proportion import confint_proportions_2indep, proportions_ztest
 
 from biaslab.agents.parsers import NoVerdict, ParseError
 from biaslab.datasets.user_files import read_label_csv
@@ -436,6 +435,8 @@ def role_vs_no_role(frame: pd.DataFrame, by: Sequence[str] = ("model", "type"),
         b_n, n_n = float(plain["_biased"].sum()), len(plain)
         d_r, d_n = float(role["_decided"].sum()), float(plain["_decided"].sum())
         z, p_value = _ztest(b_r, n_r, b_n, n_n)
+        from statsmodels.stats.proportion import confint_proportions_2indep  # ~0.5 s: lazily
+
         low, high = confint_proportions_2indep(b_r, n_r, b_n, n_n, method="newcomb",
                                                compare="diff", alpha=1 - confidence)
         r_r, r_n = b_r / n_r, b_n / n_n
@@ -464,6 +465,8 @@ def _ztest(b_a: float, n_a: int, b_b: float, n_b: int) -> tuple[float, float]:
     pooled = (b_a + b_b) / (n_a + n_b)
     if pooled in (0.0, 1.0):
         return math.nan, math.nan
+    from statsmodels.stats.proportion import proportions_ztest
+
     z, p_value = proportions_ztest([b_a, b_b], [n_a, n_b])
     return float(z), float(p_value)
 

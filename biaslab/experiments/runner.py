@@ -27,6 +27,7 @@ import tomli_w
 from biaslab.agents.gateway import CallScope, Gateway, ReplayMode, RetryPolicy, RunCounters
 from biaslab.agents.providers import strip_credentials
 from biaslab.agents.redaction import redact, secrets_of
+from biaslab.datasets import fit_cache
 from biaslab.errors import ReplayMiss, UserError
 from biaslab.experiments.plan import Cell, Plan
 from biaslab.graphs.lanes import Lane, Lanes, pack, packing_obstacle, run_packed
@@ -646,6 +647,9 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
     # Everything built so far (plan, graphs, modules) lives as long as the run: keep it out of
     # the cyclic collector's scans, which otherwise cost ~15 % of the CPU per call.
     gc.freeze()
+    # --no-cache keeps fitted models off disk too (the cells' tasks inherit this context); a
+    # strict replay, which never uses the response cache, still loads fits (not responses).
+    fits = None if use_shared_cache or mode != "live" else fit_cache.no_fits_on_disk()
     flusher = asyncio.create_task(flush())
     tasks = [asyncio.create_task(produce()), *(asyncio.create_task(work())
                                                for _ in range(workers_n))]
@@ -657,6 +661,7 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
         for task in (*tasks, flusher):
             task.cancel()
         await asyncio.gather(*tasks, flusher, return_exceptions=True)
+        fit_cache.restore(fits)
         gc.unfreeze()
         bar.stop()
         store.close()

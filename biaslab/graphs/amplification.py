@@ -78,8 +78,10 @@ def split_for(ctx: CellContext) -> student.StudentSplit:
 def _record_lines(dataset: str, seed: int, max_test: int | None, data_dir: str | None
                   ) -> tuple[str, ...]:
     split = student.cached_split(dataset, seed, max_test, data_dir)
-    return tuple(student.record_text(row, split.feature_columns)
-                 for _, row in split.test.iterrows())
+    test = split.test
+    by_column = [test[c].tolist() for c in test.columns]  # iterrows builds a Series per row
+    rows = (dict(zip(test.columns, values)) for values in zip(*by_column))
+    return tuple(student.record_text(row, split.feature_columns) for row in rows)
 
 
 @lru_cache(maxsize=256)
@@ -95,9 +97,7 @@ def _ml_probabilities(dataset: str, seed: int, max_test: int | None, data_dir: s
                       ) -> tuple[float, ...]:
     """The ML predictor's P(fail) per test record; its accuracy and AUC are reported once per
     dataset and seed (ml_anchor.csv)."""
-    predictor = student.cached_ml_predictor(dataset, seed, max_test, data_dir)
-    split = student.cached_split(dataset, seed, max_test, data_dir)
-    return tuple(float(p) for p in predictor.predict_proba(split.test))
+    return student.cached_test_probabilities(dataset, seed, max_test, data_dir)
 
 
 @lru_cache(maxsize=256)
@@ -168,13 +168,32 @@ async def predict_batches(state: AmplificationState, ctx: CellContext, prompt: s
 
 
 async def ml(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
-    key = _key(runtime.context)
-    if key not in _P_ML:  # the first cell of a split fits the model, off the event loop
-        _P_ML[key] = await asyncio.to_thread(_ml_probabilities, *key)
-    return {"p_ml": list(_P_ML[key])}
+    return {"p_ml": list(await _ml_once(_key(runtime.context)))}
 
 
 _P_ML: dict[tuple, tuple[float, ...]] = {}
+_P_ML_PENDING: dict[tuple, asyncio.Task] = {}
+
+
+async def _ml_once(key: tuple) -> tuple[float, ...]:
+    """The split's ML probabilities, computed once off the event loop: the cells of a split
+    run at once, and each one computing them (predict_proba: ~20 ms of CPU) cost a fresh E2
+    run 15 times the work it needs. Later cells of that split await the first one's task."""
+    done = _P_ML.get(key)
+    if done is not None:
+        return done
+    loop = asyncio.get_running_loop()
+    task = _P_ML_PENDING.get(key)
+    if task is None or task.get_loop() is not loop:  # (a task of an earlier run's loop)
+        task = loop.create_task(asyncio.to_thread(_ml_probabilities, *key))
+        _P_ML_PENDING[key] = task
+    try:
+        result = await asyncio.shield(task)  # one cancelled cell must not cancel the others
+    finally:
+        if task.done() and _P_ML_PENDING.get(key) is task:
+            del _P_ML_PENDING[key]  # a failure is retried by the next cell that asks
+    _P_ML[key] = result
+    return result
 
 
 def _disagreements(state: AmplificationState) -> list[int]:
