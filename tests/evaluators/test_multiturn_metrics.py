@@ -239,3 +239,17 @@ def test_both_protocols_read_human_labels_with_one_vocabulary(tmp_path):
     answers.write_text("qid,label\nq1,biased\n")
     with pytest.raises(UserError, match="missing column 'sample' \\(needs qid, sample, label\\)"):
         load_human_labels(answers)
+
+
+def test_vendi_of_many_texts_equals_the_n_by_n_definition():
+    """More texts than dimensions: computed from the d × d matrix, it equals exp(entropy) of
+    the eigenvalues of the n × n similarity matrix K/n, the definition."""
+    rng = np.random.default_rng(3)
+    e = rng.normal(size=(300, 16))
+    e[150:] = e[:150] + 0.05 * rng.normal(size=(150, 16))  # near-duplicates lower it
+    unit = e / np.linalg.norm(e, axis=1, keepdims=True)
+    eig = np.linalg.eigvalsh(unit @ unit.T / len(unit))
+    eig = eig[eig > 1e-12]
+    by_definition = float(np.exp(-(eig * np.log(eig)).sum()))
+    assert mt.vendi_score(e) == pytest.approx(by_definition, rel=1e-9)
+    assert 1 < mt.vendi_score(e) < 16  # at most the rank
