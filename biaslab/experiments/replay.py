@@ -27,7 +27,6 @@ from pydantic import ValidationError
 from biaslab.errors import ReplayMiss, UserError
 from biaslab.experiments.interrupts import run_coroutine
 from biaslab.experiments.plan import Plan, make_plan
-from biaslab.experiments.reports import protocol_compare, write_reports
 from biaslab.experiments.runner import RunResult, open_store, run_in_progress, run_plan
 from biaslab.graphs.registry import check_origin
 from biaslab.experiments.spec import (ExperimentSpec, FromTurn, MitigationSettings,
@@ -106,6 +105,8 @@ def rescore(run_dir: str | Path) -> list[Path]:
             # Empty tables over an emptied store would sit beside the old ones as if current.
             raise UserError(f"{run_dir} holds no cells (its store is empty): nothing to report")
         plan = load_run_plan(run_dir, check_keys=False)
+        from biaslab.experiments.reports import write_reports  # (matplotlib, statsmodels)
+
         return write_reports(plan, store, Path(run_dir))
     finally:
         store.close()
@@ -371,6 +372,8 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
             return done
         replayed = RunStore(out.path, readonly=True)
         try:
+            from biaslab.experiments.reports import write_reports
+
             done.tables = list(write_reports(plan, replayed, out.path))
             done.comparison = _compare(plan, source, replayed, out.path / "tables")
         finally:
@@ -426,5 +429,7 @@ def _compare(plan: Plan, source: RunStore, replayed: RunStore, out_dir: Path) ->
 
         written += write_judge_probe(plan, source, replayed, out_dir.parent)
     with unmitigated(replayed):  # the protocol's comparison knows no mitigation arms
+        from biaslab.experiments.reports import protocol_compare
+
         return written + protocol_compare(plan.protocol, source, replayed, out_dir,
                                           plan.options)

@@ -3,8 +3,10 @@
 Workers pay off only where one process is CPU-bound and the grid is large enough to repay
 forking, merging and an uneven finish. ``python bench/workers.py`` measures the whole
 ``biaslab run`` command with one process against two workers on the scripted model at zero
-latency (the CPU-bound case) over grid sizes; `BREAK_EVEN_CELLS` is where two workers
-started winning there, rounded up.
+latency (the CPU-bound case) over grid sizes. On the 2-core development machine two workers
+broke even at about 900 one-call cells, gained 9 % at 2,000 and 1.56x at 20,000
+(bench/results.md); `BREAK_EVEN_CELLS` is 2,000, the smallest size measured with a clear gain,
+so that noise and a slower disk do not turn the default into a loss.
 
 The default starts workers only for plans whose every model is scripted: those are the runs
 whose speed is this machine's CPU. A hosted endpoint's rate, not the local CPU, bounds a
@@ -23,7 +25,7 @@ from biaslab.experiments.plan import Plan
 __all__ = ["BREAK_EVEN_CELLS", "WorkerChoice", "choose_workers", "usable_cores"]
 
 BREAK_EVEN_CELLS = 2000
-"""One-call scripted cells from which ``--workers 2`` beat one process (bench/workers.py)."""
+"""Scripted cells from which the default starts workers (bench/workers.py)."""
 
 
 @dataclass(frozen=True)
