@@ -244,9 +244,10 @@ def _forked_worker(argv: list[str]) -> None:
 
 
 def _can_fork() -> bool:
-    """Forking is safe while this process runs no other thread (a fork copies only the
-    calling thread, so a lock held elsewhere would stay locked in the child forever)."""
-    return "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+    """Forking is safe on Linux while this process runs no other thread (a fork copies only
+    the calling thread, so a lock held elsewhere would stay locked in the child forever). On
+    macOS system libraries may crash a forked child, which is why Python spawns there."""
+    return sys.platform.startswith("linux") and threading.active_count() == 1
 
 
 class LocalWorker:
