@@ -160,21 +160,13 @@ def forget_embeddings(run_dir: Path) -> None:
 
 
 def report(run_dir: Path, cold: bool = True) -> dict:
-    """`biaslab report RUN` in a fresh process: its own peak RSS, CPU and the wall time."""
+    """`biaslab report RUN` in a fresh process (roleplay_report_scale's measure): its own peak
+    RSS, CPU and the wall time; `cold` forgets the stored embeddings first."""
+    from roleplay_report_scale import report as measured_report  # a sibling, like results_file
+
     if cold:
         forget_embeddings(run_dir)
-    shutil.rmtree(run_dir / "tables", ignore_errors=True)
-    shutil.rmtree(run_dir / "figures", ignore_errors=True)
-    start = time.perf_counter()
-    proc = subprocess.Popen([_biaslab(), "report", str(run_dir)], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    stderr = proc.stderr.read()
-    if os.waitstatus_to_exitcode(status):
-        raise RuntimeError(f"biaslab report failed:\n{stderr[-3000:]}")
-    return {"wall_s": wall, "peak_rss_gb": usage.ru_maxrss * 1024 / 1e9,
-            "cpu_s": usage.ru_utime + usage.ru_stime, "load": os.getloadavg()}
+    return {**measured_report(run_dir), "load": os.getloadavg()}
 
 
 def row(protocol: str, store: dict, result: dict, scale: str) -> str:

@@ -110,3 +110,21 @@ def table(run: Path, name: str) -> pd.DataFrame:
     text = {"stratum": str, "attribute": str, "group": str, "note": str}
     return pd.read_csv(run / "tables" / f"{name}.csv", dtype=text).fillna(
         {k: "" for k in text})
+
+
+COUNT_FITS = """
+import sys
+from biaslab.datasets import student
+fits = []
+real = student.fit_ml_predictor
+def counting(split):
+    fits.append(split.seed)
+    return real(split)
+student.fit_ml_predictor = counting
+from biaslab.cli import main
+code = main(["run", sys.argv[1], "--out", sys.argv[2], "--quiet", *sys.argv[3:]])
+print("FITS", sorted(fits))
+sys.exit(code)
+"""
+"""A fresh `biaslab run SPEC OUT [ARGS...]` process (``python -c COUNT_FITS ...``) that prints
+the split seed of every model fit it made: ``FITS [42, 43]``."""

@@ -14,6 +14,8 @@ import pytest
 
 from biaslab.datasets import fit_cache, student
 
+from support_runs import COUNT_FITS
+
 SPEC = """
 name = "fits"
 protocol = "amplification"
@@ -30,20 +32,6 @@ directions = ["pro_female"]
 targets = "singletons"
 """
 
-COUNT_FITS = textwrap.dedent("""
-    import sys
-    from biaslab.datasets import student
-    fits = []
-    real = student.fit_ml_predictor
-    def counting(split):
-        fits.append(split.seed)
-        return real(split)
-    student.fit_ml_predictor = counting
-    from biaslab.cli import main
-    code = main(["run", sys.argv[1], "--out", sys.argv[2], "--quiet", *sys.argv[3:]])
-    print("FITS", sorted(fits))
-    sys.exit(code)
-""")
 
 
 def _run(tmp_path, name: str, cache: str, *extra: str):

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
+
+from support_runs import COUNT_FITS
 
 SPEC = """
 name = "fits"
@@ -24,20 +25,6 @@ directions = ["pro_female", "pro_male"]
 targets = "singletons"
 """
 
-COUNT_FITS = textwrap.dedent("""
-    import sys
-    from biaslab.datasets import student
-    fits = []
-    real = student.fit_ml_predictor
-    def counting(split):
-        fits.append(split.seed)
-        return real(split)
-    student.fit_ml_predictor = counting
-    from biaslab.cli import main
-    code = main(["run", sys.argv[1], "--out", sys.argv[2], "--quiet"])
-    print("FITS", sorted(fits))
-    sys.exit(code)
-""")
 
 
 def test_one_fit_per_split_in_a_fresh_process(tmp_path):
