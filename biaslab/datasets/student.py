@@ -434,12 +434,17 @@ def fit_inputs(split: StudentSplit, table_digest: str) -> dict:
     parameters, and the versions of the libraries that fit and unpickle it."""
     import sklearn
 
-    rows = hashlib.sha256(split.train.index.to_numpy(dtype=np.int64).tobytes()).hexdigest()
-    return {"table": table_digest, "train_rows": rows, "features": list(split.feature_columns),
+    return {"table": table_digest, "train_rows": rows_digest(split.train),
+            "features": list(split.feature_columns),
             "model": {name: _plain(value) for name, value
                       in _ml_pipeline(split.feature_columns).get_params(deep=True).items()},
             "versions": {"scikit-learn": sklearn.__version__, "numpy": np.__version__,
                          "pandas": pd.__version__}}
+
+
+def rows_digest(frame: pd.DataFrame) -> str:
+    """A hash of which rows of the data table `frame` holds (its row numbers, in order)."""
+    return hashlib.sha256(frame.index.to_numpy(dtype=np.int64).tobytes()).hexdigest()
 
 
 def table_digest(df: pd.DataFrame) -> str:
@@ -493,14 +498,21 @@ def _predictor(dataset: str, seed: int, max_test: int | None, data_dir: str | No
     split = cached_split(dataset, seed, max_test, data_dir)
     # On disk too: a new process (a worker, `biaslab report`) loads the fit instead of paying
     # ~0.13 s of CPU per split again.
-    inputs = fit_inputs(split, _table_digest(dataset, data_dir))
-    return fit_cache.cached_fit("student-ml", inputs, lambda: fit_ml_predictor(split),
+    return fit_cache.cached_fit("student-ml", _fit_inputs(dataset, seed, max_test, data_dir),
+                                lambda: fit_ml_predictor(split),
                                 check=lambda value: isinstance(value, MLPredictor))
 
 
 @lru_cache(maxsize=8)
 def _table_digest(dataset: str, data_dir: str | None) -> str:
     return table_digest(_cached_table(dataset, data_dir))
+
+
+@lru_cache(maxsize=256)
+def _fit_inputs(dataset: str, seed: int, max_test: int | None, data_dir: str | None) -> dict:
+    """`fit_inputs` of a cached split, computed once for its fit and its predictions."""
+    return fit_inputs(cached_split(dataset, seed, max_test, data_dir),
+                      _table_digest(dataset, data_dir))
 
 
 def cached_split(dataset: str, seed: int, max_test: int | None = None,
@@ -528,9 +540,8 @@ def cached_test_probabilities(dataset: str, seed: int, max_test: int | None = No
     Kept on disk beside the fit (a pure function of the fit's inputs and the test rows), so a
     new process neither loads the model nor runs it: ~15 ms of CPU per split."""
     split = cached_split(dataset, seed, max_test, data_dir)
-    inputs = fit_inputs(split, _table_digest(dataset, data_dir))
-    inputs["test_rows"] = hashlib.sha256(
-        split.test.index.to_numpy(dtype=np.int64).tobytes()).hexdigest()
+    inputs = {**_fit_inputs(dataset, seed, max_test, data_dir),
+              "test_rows": rows_digest(split.test)}
 
     def predict() -> tuple[float, ...]:
         predictor = cached_ml_predictor(dataset, seed, max_test, data_dir)

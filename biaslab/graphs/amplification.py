@@ -93,13 +93,6 @@ def _batch_tables(dataset: str, seed: int, max_test: int | None, data_dir: str |
                  for start in range(0, len(split.test), size))
 
 
-def _ml_probabilities(dataset: str, seed: int, max_test: int | None, data_dir: str | None
-                      ) -> tuple[float, ...]:
-    """The ML predictor's P(fail) per test record; its accuracy and AUC are reported once per
-    dataset and seed (ml_anchor.csv)."""
-    return student.cached_test_probabilities(dataset, seed, max_test, data_dir)
-
-
 @lru_cache(maxsize=256)
 def _statistics(dataset: str, seed: int, max_test: int | None, data_dir: str | None) -> str:
     split = student.cached_split(dataset, seed, max_test, data_dir)
@@ -176,16 +169,18 @@ _P_ML_PENDING: dict[tuple, asyncio.Task] = {}
 
 
 async def _ml_once(key: tuple) -> tuple[float, ...]:
-    """The split's ML probabilities, computed once off the event loop: the cells of a split
-    run at once, and each one computing them (predict_proba: ~20 ms of CPU) cost a fresh E2
-    run 15 times the work it needs. Later cells of that split await the first one's task."""
+    """The split's ML probabilities (P(fail) per test record; the predictor's accuracy and AUC
+    are reported once per dataset and seed in ml_anchor.csv), computed once off the event
+    loop: the cells of a split run at once, and each one computing them (predict_proba: ~20 ms
+    of CPU) cost a fresh E2 run 15 times the work it needs. Later cells of that split await
+    the first one's task."""
     done = _P_ML.get(key)
     if done is not None:
         return done
     loop = asyncio.get_running_loop()
     task = _P_ML_PENDING.get(key)
     if task is None or task.get_loop() is not loop:  # (a task of an earlier run's loop)
-        task = loop.create_task(asyncio.to_thread(_ml_probabilities, *key))
+        task = loop.create_task(asyncio.to_thread(student.cached_test_probabilities, *key))
         _P_ML_PENDING[key] = task
     try:
         result = await asyncio.shield(task)  # one cancelled cell must not cancel the others
