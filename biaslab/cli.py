@@ -29,6 +29,7 @@ def cmd_run(args) -> int:
     from biaslab.experiments.plan import make_plan
     from biaslab.experiments.runner import keep_run_dir_locked
     from biaslab.experiments.spec import load_spec
+    from biaslab.experiments.workers import resolve_workers
 
     if (args.resume and not Path(args.spec).exists() and not args.spec.endswith(".toml")):
         raise UserError(f"no run directory at {args.spec} to resume (start one with: biaslab "
@@ -46,15 +47,16 @@ def cmd_run(args) -> int:
                   f"{kept} (add --all-nodes to put them on {args.model} too)", file=sys.stderr)
     if args.lanes:  # recorded with the spec, so shard workers and resumes use it too
         plan.spec.run.lanes = args.lanes
-    _check_shared_cache(args, _default_workers(args, plan))
+    choice = resolve_workers(plan, args.workers, shard=args.shard, executor=args.executor)
+    _check_shared_cache(args, choice.workers)
     print(f"biaslab: {plan.n_cells()} cells → {out}", file=sys.stderr)
-    if args.workers is None and args.default_workers.why:
-        print(args.default_workers.why, file=sys.stderr)
+    if choice.why:
+        print(choice.announce("--workers 1"), file=sys.stderr)
     with keep_run_dir_locked(out):  # the report is written under the run's writer lock
-        return _run_and_report(args, plan, out)
+        return _run_and_report(args, plan, out, choice.workers)
 
 
-def _run_and_report(args, plan, out) -> int:
+def _run_and_report(args, plan, out, workers: int) -> int:
     """Run the plan into `out` (it takes the writer lock), then write its report."""
     from biaslab.experiments.interrupts import CtrlC, kept_message
     from biaslab.traces.store import RunStore
@@ -64,7 +66,7 @@ def _run_and_report(args, plan, out) -> int:
     # quits at once; see biaslab.experiments.interrupts.
     with CtrlC(out, plan.n_cells()) as ctrl_c:
         try:
-            result = _dispatch_run(args, plan, out, ctrl_c)
+            result = _dispatch_run(args, plan, out, ctrl_c, workers)
         except KeyboardInterrupt:
             print(kept_message(out, plan.n_cells()), file=sys.stderr)
             return ctrl_c.leave()
@@ -88,16 +90,6 @@ def _run_and_report(args, plan, out) -> int:
     return 1 if result.cells_failed else 0
 
 
-def _default_workers(args, plan) -> int:
-    """``--workers`` as given, or the default's choice for this plan (`choose_workers`)."""
-    from biaslab.experiments.workers import WorkerChoice, choose_workers
-
-    args.default_workers = WorkerChoice(1, "")
-    if args.workers is None and not args.shard and args.executor == "local":
-        args.default_workers = choose_workers(plan)
-    return args.workers or args.default_workers.workers
-
-
 def _check_shared_cache(args, workers: int) -> None:
     """A shared cache path that cannot work stops the run before anything is written (shard
     workers open it only after their directories exist). Workers on this machine get it
@@ -114,12 +106,11 @@ def _check_shared_cache(args, workers: int) -> None:
         check_shared_cache(path)
 
 
-def _dispatch_run(args, plan, out, ctrl_c):
-    """One process, one shard (``--shard``), or shards in workers (``--workers``, Ray)."""
+def _dispatch_run(args, plan, out, ctrl_c, workers: int):
+    """One process, one shard (``--shard``), or shards in `workers` (``--workers``, Ray)."""
     from biaslab.experiments import shards
     from biaslab.experiments.runner import run_plan
 
-    workers = args.workers or args.default_workers.workers
     if args.shard:
         if args.workers or args.executor != "local":
             raise UserError("--shard runs one shard in this process; it does not combine with "

@@ -68,17 +68,15 @@ def run(spec: "str | Path | ExperimentSpec | dict[str, Any]", *, out: str | Path
     if lanes:  # recorded with the spec, so shard workers and resumes use it too
         plan.spec.run.lanes = lanes
     print(f"biaslab: {plan.n_cells()} cells → {run_dir}", file=sys.stderr)
-    if workers is None and not shard and executor == "local":
-        from biaslab.experiments.workers import choose_workers
+    from biaslab.experiments.workers import resolve_workers
 
-        choice = choose_workers(plan)
-        workers = choice.workers
-        if choice.why:
-            print(choice.why.replace("--workers 1", "workers=1"), file=sys.stderr)
+    choice = resolve_workers(plan, workers, shard=shard, executor=executor)
+    if choice.why:
+        print(choice.announce("workers=1"), file=sys.stderr)
     runner = Cancellable()
     result = call_off_loop(lambda: _execute(
         runner, plan, run_dir, resume=resume, concurrency=concurrency,
-        use_shared_cache=not no_cache, progress=not quiet, workers=workers or 1, shard=shard,
+        use_shared_cache=not no_cache, progress=not quiet, workers=choice.workers, shard=shard,
         executor=executor, ray_address=ray_address), cancel=runner.cancel)
     print(result.summary(), file=sys.stderr)
     if result.cells_failed:

@@ -1,11 +1,11 @@
 """Runs split into shards: several processes on one machine, or Ray tasks on a cluster.
 
 A shard is a deterministic slice of the grid (every n-th item, model and seed, with all its
-variants and conditions: see `in_shard`) run into a store of its own; `merge_runs` copies finished cells,
-their calls and outputs, and the response cache of any number of shard stores into one run
-store. Cells are independent and their answers come
-from content-addressed calls, so the merged store equals a single-process run cell for cell
-(only which call was a cache hit, and timings, differ).
+variants and conditions: see `in_shard`) run into a store of its own; `merge_runs` copies
+finished cells, their calls and outputs, and the response cache of any number of shard stores
+into one run store. Cells are independent and their answers come from content-addressed calls,
+so the merged store equals a single-process run cell for cell (only which call was a cache
+hit, and timings, differ).
 
 `run_sharded` is what ``biaslab run --workers N`` and ``--executor ray`` use: shard stores live
 under ``RUN_DIR/shards/``, each worker also reads the run's own store (cells done there are
@@ -81,10 +81,8 @@ def in_shard(i: int, n: int, plan: Plan | None = None) -> Callable[[Cell], bool]
         return lambda cell: cell.ord % n == i
 
     def wanted(cell: Cell) -> bool:
-        for begin, size, before in reversed(starts):
-            if cell.ord >= begin:
-                return (before + (cell.ord - begin) // size) % n == i
-        return cell.ord % n == i
+        begin, size, before = next(s for s in reversed(starts) if cell.ord >= s[0])
+        return (before + (cell.ord - begin) // size) % n == i
 
     return wanted
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from biaslab.experiments.plan import Plan
 
-__all__ = ["BREAK_EVEN_CELLS", "WorkerChoice", "choose_workers", "usable_cores"]
+__all__ = ["BREAK_EVEN_CELLS", "WorkerChoice", "choose_workers", "resolve_workers",
+           "usable_cores"]
 
 BREAK_EVEN_CELLS = 2000
 """Scripted cells from which the default starts workers (bench/workers.py)."""
@@ -31,8 +32,16 @@ BREAK_EVEN_CELLS = 2000
 @dataclass(frozen=True)
 class WorkerChoice:
     workers: int
-    why: str
-    """One line for the terminal when workers are chosen; empty when the run is one process."""
+    why: str = ""
+    """Why the default chose workers (empty when it did not, or they were asked for)."""
+
+    def announce(self, one_process: str) -> str:
+        """The line a run prints when the default chose workers ("" otherwise); `one_process`
+        names how to keep one process in the caller's terms (``--workers 1``, ``workers=1``)."""
+        if not self.why:
+            return ""
+        return (f"biaslab: {self.workers} worker processes ({self.why}; {one_process} runs "
+                "one process)")
 
 
 def usable_cores() -> int:
@@ -49,11 +58,19 @@ def choose_workers(plan: Plan, cores: int | None = None) -> WorkerChoice:
     cores = usable_cores() if cores is None else cores
     cells = plan.n_cells()
     if cores < 2 or cells < BREAK_EVEN_CELLS:
-        return WorkerChoice(1, "")
+        return WorkerChoice(1)
     if any(m.provider != "scripted" for m in plan.all_model_specs()):
-        return WorkerChoice(1, "")
-    workers = max(1, min(cores, cells // (BREAK_EVEN_CELLS // 2)))
+        return WorkerChoice(1)
+    workers = min(cores, cells // (BREAK_EVEN_CELLS // 2))
     if workers < 2:
-        return WorkerChoice(1, "")
-    return WorkerChoice(workers, f"biaslab: {workers} worker processes ({cells:,} cells on "
-                                 f"scripted models, {cores} cores; --workers 1 runs one process)")
+        return WorkerChoice(1)
+    return WorkerChoice(workers, f"{cells:,} cells on scripted models, {cores} cores")
+
+
+def resolve_workers(plan: Plan, workers: int | None, *, shard: str | None,
+                    executor: str) -> WorkerChoice:
+    """The workers a run gets: `workers` as asked; the default's choice when none was asked
+    for and the run is neither one shard nor on Ray (which are sized by the user)."""
+    if workers is not None or shard or executor != "local":
+        return WorkerChoice(workers or 1)
+    return choose_workers(plan)
