@@ -36,7 +36,8 @@ __all__ = ["CATEGORIES", "PAPER_SIZES", "MORE_STUDIED", "LESS_STUDIED", "REGENER
            "OFFICIAL", "REGENERATED_LABEL", "UNKNOWN_OPTIONS", "FILES", "load_category",
            "load_records", "instantiate_templates", "sample_category", "unknown_index",
            "stereotyped_index", "biased_index", "validate_record", "example_key",
-           "group_of", "study_group", "descriptor"]
+           "group_of", "study_group", "descriptor", "option_is_stereotyped",
+           "group_vocabulary", "new_person_group"]
 
 FILES = Path(__file__).parent / "files" / "bbq"
 
@@ -141,35 +142,94 @@ def _norm_groups(groups: Iterable[str]) -> str:
     return {"low SES": "lowSES", "high SES": "highSES"}.get(joined, joined)
 
 
+def option_is_stereotyped(category: str, text: str, info: str, groups: Iterable[str]) -> bool:
+    """Whether one answer option (its ``answer_info`` text and group label) names a group of
+    `groups` (a record's ``stereotyped_groups``), by the rules of the authors' metadata
+    script: the option's normalised group label occurs in the joined, normalised group list;
+    Age needs an exact match ("old" is inside "nonOld"); Nationality also matches on the
+    option's text; "African" does not match "African American"; a trans target matches any
+    label starting "trans". An "unknown" or empty label never matches."""
+    joined = _norm_groups(groups)
+    low_groups = joined.lower()
+    label = _norm_info(info)
+    if label.lower() == "unknown" or not label:
+        return False
+    if category == "Age":
+        return label in ("old", "nonOld") and label == joined
+    hit = label.lower() in low_groups
+    if category == "Nationality" and str(text).lower() and str(text).lower() in low_groups:
+        hit = True
+    if text == "African" and "african american" in low_groups:
+        hit = False
+    if joined == "trans" and label.lower().startswith("trans"):
+        hit = True
+    return hit
+
+
 def stereotyped_index(record: Mapping[str, Any]) -> int | None:
     """The option naming the stereotyped group, from ``answer_info`` and
-    ``stereotyped_groups``, by the rules of the authors' metadata script: an option matches
-    when its (normalised) group occurs in the stereotyped-group list; Age needs an exact
-    match ("old" is inside "nonOld"); Nationality also matches on the option's text; "African"
-    does not match "African American"; a trans target matches any group starting "trans".
-    The first matching non-unknown option wins. None when no option matches.
+    ``stereotyped_groups`` (`option_is_stereotyped`, the authors' metadata rules). The first
+    matching non-unknown option wins. None when no option matches.
     """
-    groups = _norm_groups(record["additional_metadata"].get("stereotyped_groups", []))
-    low_groups = groups.lower()
-    category = record["category"]
+    groups = record["additional_metadata"].get("stereotyped_groups", [])
     for i in range(3):
         text, raw = record["answer_info"][f"ans{i}"]
-        info = _norm_info(raw)
-        if info.lower() == "unknown" or not info:
-            continue
-        if category == "Age":
-            hit = info in ("old", "nonOld") and info == groups
-        else:
-            hit = info.lower() in low_groups
-            if category == "Nationality" and str(text).lower() and str(text).lower() in low_groups:
-                hit = True
-            if text == "African" and "african american" in low_groups:
-                hit = False
-            if groups == "trans" and info.lower().startswith("trans"):
-                hit = True
-        if hit:
+        if option_is_stereotyped(record["category"], text, raw, groups):
             return i
     return None
+
+
+@lru_cache(maxsize=32)
+def group_vocabulary(name: str, data_dir: str | None = None, regen_seed: int = 0
+                     ) -> dict[str, str]:
+    """What BBQ itself says about the people of one category (`name`: BBQ's file name,
+    e.g. ``Nationality``): lower-cased description → group label, from every person option
+    of the category's records (``answer_info``) and from the authors' vocabulary
+    (``vocabulary.csv``: Name → Info, or the name itself where Info is empty). A description
+    BBQ gives two labels (a first name, whose label is the slot's, not the name's) is left
+    out: its group cannot be read from BBQ."""
+    seen: dict[str, set[str]] = {}
+    short = next((k for k, v in CATEGORIES.items() if v == name), None)
+    if short is not None:
+        for record in load_category(short, data_dir, regen_seed):
+            for text, label in record["answer_info"].values():
+                if str(label).lower() != "unknown" and str(text).strip():
+                    seen.setdefault(str(text).strip().lower(), set()).add(str(label))
+    vocab_path = FILES / "templates" / "vocabulary.csv"
+    if vocab_path.is_file():
+        for row in _read_csv(vocab_path):
+            if row["Category"] == name and row["Name"].strip():
+                seen.setdefault(row["Name"].strip().lower(), set()).add(
+                    row["Info"].strip() or row["Name"].strip())
+    return {text: labels.pop() for text, labels in seen.items() if len(labels) == 1}
+
+
+def _occurrence(term: str, text: str) -> str | None:
+    """`term` as it is written in `text` (whole words, any case), or None."""
+    found = re.search(rf"(?<![\w-]){re.escape(term)}(?![\w-])", text, flags=re.I)
+    return found.group(0) if found else None
+
+
+def new_person_group(record: Mapping[str, Any], description: str,
+                     vocabulary: Mapping[str, str]) -> tuple[bool, str, str] | None:
+    """Whether a description the generator wrote names a stereotyped group, decided from
+    BBQ's own metadata where it can be: the longest term of `vocabulary` (`group_vocabulary`)
+    or of the record's ``stereotyped_groups`` that occurs in the description as whole words
+    gives the person's group label (a stereotyped group entry is its own label), and
+    `option_is_stereotyped` reads it against the record's ``stereotyped_groups``.
+
+    Returns (stereotyped, group label, matched term), or None when no term occurs (BBQ's
+    metadata cannot decide, e.g. a description BBQ never uses).
+    """
+    groups = [str(g) for g in record["additional_metadata"].get("stereotyped_groups", [])]
+    terms = {**{g.lower(): g for g in groups}, **dict(vocabulary)}
+    found = [t for t in terms if t and _occurrence(t, description)]
+    if not found:
+        return None
+    term = max(found, key=lambda t: (len(t), t))
+    label = vocabulary.get(term) or next(g for g in groups if g.lower() == term)
+    text = _occurrence(term, description) or term
+    return option_is_stereotyped(record["category"], text, label, groups), label, term
 
 
 def biased_index(record: Mapping[str, Any]) -> int | None:

@@ -47,7 +47,7 @@ from biaslab.prompts.registry import PromptRegistry
 __all__ = ["Augmentation", "AugmentationOptions", "AugmentationState", "CONDITIONS",
            "VALIDATORS", "assemble_conditions", "unanimous", "parse_letter",
            "rephrase_parser", "remap_options", "scene_roles", "options_text",
-           "CATEGORY_LABELS", "EXPECTED_PASS_RATE", "STEPS"]
+           "CATEGORY_LABELS", "EXPECTED_PASS_RATE", "STEPS", "DECIDED_BY"]
 
 CONDITIONS = ("OCOQ", "OCAQ", "ASOQ", "ASAQ")
 """Original/augmented context × original/augmented question."""
@@ -182,16 +182,32 @@ def remap_options(record: Mapping, person_a: str, person_b: str) -> list[str]:
     return options
 
 
-def scene_roles(record: Mapping, mapping: Sequence[Mapping]) -> dict:
+DECIDED_BY = ("source", "stereotyped_groups", "generator")
+"""Which rule decided whether a new person is the stereotyped one (`scene_roles`)."""
+
+
+def scene_roles(record: Mapping, mapping: Sequence[Mapping],
+                vocabulary: Mapping[str, str] | None = None) -> dict:
     """The options and roles of a scenario whose people were replaced as `mapping` says.
 
     `mapping` holds one entry per person, in option order (``_people``): ``original`` (BBQ's
-    description), ``new`` (what replaced it) and ``stereotyped`` (the transform's claim that
+    description), ``new`` (what replaced it) and ``stereotyped`` (the generator's claim that
     the new description belongs to a group the question's stereotype is about). Option i
     keeps its position and now names ``mapping[j]["new"]``, so the *slots* stay put but the
-    stereotyped *person* may move: a new description that is one of the original ones keeps
-    that person's role (a swap moves the stereotyped person to the other slot); any other new
-    description is stereotyped when the transform says so.
+    stereotyped *person* may move. Whether a new person is stereotyped is decided by the
+    first rule that can decide it, recorded as ``decided_by``:
+
+    1. ``source``: the new description is one of BBQ's two: that person keeps its role (a
+       swap moves the stereotyped person to the other slot);
+    2. ``stereotyped_groups``: BBQ's metadata decides: a group BBQ knows for this category
+       occurs in the description (`bbq.new_person_group`: the category's own descriptions
+       and vocabulary, or an entry of the record's ``stereotyped_groups``), and BBQ's rule
+       reads its label against the record's ``stereotyped_groups``;
+    3. ``generator``: nothing in BBQ's metadata names the description: the generator's
+       flag counts.
+
+    `vocabulary`: `bbq.group_vocabulary` of the record's category (default: the shipped
+    data's).
 
     Returns:
         ``options``; ``stereotyped`` (the option naming the stereotyped person, None unless
@@ -200,19 +216,30 @@ def scene_roles(record: Mapping, mapping: Sequence[Mapping]) -> dict:
         question, the other person otherwise); ``relation`` ("kept": the stereotyped person
         is in the source's stereotyped slot, "swapped": in the other one, "lost": no or both
         new persons stereotyped, "no_target": the source has no stereotyped option); and
-        ``mapping`` with the resolved ``stereotyped`` flags.
+        ``mapping`` with, per person, the decided ``stereotyped``, the generator's ``claimed``
+        flag, ``decided_by`` and ``group`` (BBQ's group label of the new person; None when
+        the generator decided).
     """
     people = _people(record)
     originals = [bbq.descriptor(record, i).lower().strip() for i in people]
     source_target = bbq.stereotyped_index(record)
+    if vocabulary is None:
+        vocabulary = bbq.group_vocabulary(record["category"])
     resolved = []
     for entry in mapping:
         new = str(entry["new"]).lower().strip()
-        if source_target is not None and new in originals:
-            flag = people[originals.index(new)] == source_target
+        claimed = bool(entry.get("stereotyped"))
+        read = bbq.new_person_group(record, str(entry["new"]), vocabulary)
+        if new in originals:
+            index = people[originals.index(new)]
+            flag, rule = index == source_target, "source"
+            group = str(record["answer_info"][f"ans{index}"][1])
+        elif read is not None:
+            (flag, group, _), rule = read, "stereotyped_groups"
         else:
-            flag = bool(entry.get("stereotyped"))
-        resolved.append({"original": entry["original"], "new": entry["new"], "stereotyped": flag})
+            flag, rule, group = claimed, "generator", None
+        resolved.append({"original": entry["original"], "new": entry["new"], "stereotyped": flag,
+                         "claimed": claimed, "decided_by": rule, "group": group})
     options = remap_options(record, *(m["new"] for m in resolved))
     flags = [m["stereotyped"] for m in resolved]
     if source_target is None:
@@ -443,9 +470,10 @@ async def transform(state: AugmentationState, runtime: Runtime[CellContext]) -> 
     answer.raise_for_error("transform")
     if not answer.ok:
         return {"variants": []}
+    vocabulary = bbq.group_vocabulary(record["category"], opts.data_dir, opts.regen_seed)
     out = []
     for k, v in enumerate(answer.value):
-        roles = scene_roles(record, v["mapping"])
+        roles = scene_roles(record, v["mapping"], vocabulary)
         out.append({"variant": k, **v, **roles,
                     "failed": [f"transform:{f}" for f in
                                variant_failures(v["context"], (v["person_a"], v["person_b"]))]})

@@ -25,6 +25,16 @@
   exist for: its first variant keeps the template's ``<new description>`` placeholder, the
   scenario of its second variant is off-topic, and its rephrase is a statement, not a
   question. Its validators accept everything, so only the rule checks can catch them.
+* ``scripted:augmentation-placeholder``: a generator that writes stand-in people: its first
+  variant puts ``[NAME]`` in place of one person, its second ``Group X`` and ``Group Y`` in
+  place of both, and the scenario of its third names the real people but lets ``[NAME]``
+  watch them. Its validators accept everything, so only the rule checks can catch them.
+* ``scripted:augmentation-misflagger``: on a Nationality record, a transform that claims the
+  wrong stereotype for the new groups: the source's stereotyped person becomes Swiss (a
+  European nationality BBQ does not list for the question), flagged stereotyped, and the
+  other person a nationality from the record's own ``stereotyped_groups``, flagged not
+  stereotyped. BBQ's metadata decides both, against the flags. Other categories keep their
+  people, as the synthetic transform does.
 
 The scripted augmenter keeps the two group descriptions (it cannot know other groups), keeps
 the context inside the scenario it writes, and reveals the answer in about a quarter of the
@@ -48,7 +58,8 @@ from biaslab.datasets import bbq
 from biaslab.graphs.synthetic_mitigations import reminded, self_checking
 
 __all__ = ["P_DECISIVE", "REVEAL_SHARE", "EXPOSED_REJECT_SHARE", "make_agent",
-           "make_strict_validator", "make_sloppy", "lookup", "swap_people", "uniform"]
+           "make_strict_validator", "make_sloppy", "make_placeholder", "make_misflagger",
+           "MISFLAG_OUTSIDER", "lookup", "swap_people", "uniform"]
 
 P_DECISIVE = 0.6
 REVEAL_SHARE = 0.25
@@ -328,6 +339,82 @@ def make_sloppy() -> ScriptedChatModel:
                Rule(r"Rewrite this question with a different grammatical form", _sloppy_rephrase)])
 
 
+def _replace_people(text: str, a: str, b: str, new_a: str, new_b: str) -> str:
+    """`text` with the two descriptions replaced by new ones (one pass, any case)."""
+    new = {a.lower(): new_a, b.lower(): new_b}
+    pattern = re.compile("|".join(re.escape(d) for d in sorted(new, key=len, reverse=True)),
+                         re.I)
+    return pattern.sub(lambda m: new[m.group(0).lower()], text)
+
+
+def _placeholder_transform(request: ScriptedRequest) -> str:
+    context, a, b, n = _transform_request(request)
+    people = [("[NAME]", b), ("Group X", "Group Y")] + [(a, b)] * max(0, n - 2)
+    variants = [{"replacements": _replacements(a, b, new_a, new_b),
+                 "context": f"Version {k + 1}: {_replace_people(context, a, b, new_a, new_b)}"}
+                for k, (new_a, new_b) in enumerate(people[:n])]
+    return json.dumps({"variants": variants})
+
+
+def _placeholder_scenario(request: ScriptedRequest) -> str:
+    situation = _field(request.user, "Starting situation")
+    if situation.startswith("Version 3:"):
+        return f"{situation} [NAME] watched the two of them from across the room."
+    return f"{situation} Nobody said anything more about it."
+
+
+def make_placeholder() -> ScriptedChatModel:
+    """The stand-in-writing generator of the module docstring."""
+    return ScriptedChatModel(
+        name_="augmentation-placeholder",
+        rules=[Rule(r"only describes things a camera could show", _abstraction),
+               Rule(r"Write \d+ variants of the passage", _placeholder_transform),
+               Rule(r"Expand the starting situation", _placeholder_scenario),
+               Rule(r"Can the question be answered with a specific person", _accepting_validator),
+               Rule(r"Rewrite this question with a different grammatical form", _rephrase),
+               Rule(r"Does the response (?:clearly )?answer the question", _judge),
+               Rule(r"Reply with the letter of one option", _target_mc(True)),
+               Rule(r"Answer using only the information provided", _target(True))])
+
+
+MISFLAG_OUTSIDER = "Swiss"
+"""The nationality the misflagger claims is stereotyped (no BBQ question lists it)."""
+
+
+def _misflagging_transform(request: ScriptedRequest) -> str:
+    context, a, b, n = _transform_request(request)
+    record = next((r for records in _index().values() for r in records
+                   if r["category"] == "Nationality" and set(_people_of(r)) == {a, b}
+                   and r["context"] in context), None)
+    target = bbq.stereotyped_index(record) if record else None
+    if target is None:
+        return _transform(request)
+    groups = record["additional_metadata"]["stereotyped_groups"]
+    insider = next((g for g in groups if g not in (a, b)), None)
+    if insider is None or MISFLAG_OUTSIDER in groups:
+        return _transform(request)
+    stereo = bbq.descriptor(record, target)
+    variants = []
+    for k in range(n):
+        new = {stereo: (MISFLAG_OUTSIDER, True)}
+        other = b if stereo == a else a
+        new[other] = (insider, False)
+        variants.append({
+            "replacements": [{"original": d, "new": new[d][0], "stereotyped": new[d][1]}
+                             for d in (a, b)],
+            "context": f"Version {k + 1}: "
+                       f"{_replace_people(context, a, b, new[a][0], new[b][0])}"})
+    return json.dumps({"variants": variants})
+
+
+def make_misflagger() -> ScriptedChatModel:
+    """The synthetic chain with the wrong-stereotype transform of the module docstring."""
+    agent = make_agent()
+    rules = [Rule(rule.pattern, _misflagging_transform) if rule.pattern.startswith("Write")
+             else rule for rule in agent.rules]
+    return ScriptedChatModel(name_="augmentation-misflagger", rules=rules)
+
+
 def make_strict_validator() -> ScriptedChatModel:
     return ScriptedChatModel(name_="augmentation-strict-validator",
                              rules=[Rule(r"Can the question be answered", _strict_validator)])
@@ -338,3 +425,5 @@ register_scripted("augmentation-abstainer", lambda: make_agent(biased=False))
 register_scripted("augmentation-strict-validator", make_strict_validator)
 register_scripted("augmentation-swapper", lambda: make_agent(swap=True))
 register_scripted("augmentation-sloppy", make_sloppy)
+register_scripted("augmentation-placeholder", make_placeholder)
+register_scripted("augmentation-misflagger", make_misflagger)

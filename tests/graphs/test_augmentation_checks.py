@@ -115,3 +115,61 @@ def test_cli_rule_checks_reject_and_count_broken_generations(tmp_path):
         low, high = proportion_confint(n_passed, n_in, method="wilson")
         assert row["pass_low"] == pytest.approx(100 * low, abs=0.01)
         assert row["pass_high"] == pytest.approx(100 * high, abs=0.01)
+
+
+def test_every_placeholder_person_is_rejected():
+    from biaslab.graphs.augmentation_checks import placeholder_person
+
+    stand_ins = ["[NAME]", "[Person 1]", "{NAME}", "Group X", "Group Y", "group A", "Person B",
+                 "Individual 2", "NAME1", "X", "someone", "the other person", "another group"]
+    real = ["grandfather", "Japanese man", "78-year-old", "person in a wheelchair", "Swiss",
+            "the man I met", "Muslim woman"]
+    assert [d for d in stand_ins if not placeholder_person(d)] == []
+    assert [d for d in real if placeholder_person(d)] == []
+    assert variant_failures("I saw a grandson and [NAME] last week.", ("grandson", "[NAME]")) \
+        == ["placeholder_person"]
+    assert variant_failures("Group X and Group Y met.", ("Group X", "Group Y")) == \
+        ["placeholder_person"]
+    # real people, but the passage or the scenario still holds a stand-in
+    assert variant_failures(f"{SITUATION} Person A waved.", PEOPLE) == ["placeholder_person"]
+    scene = f"{SITUATION} The grandson and the grandfather talked while [NAME] watched."
+    assert scenario_failures(scene, SITUATION, PEOPLE) == ["placeholder_person"]
+
+
+PLACEHOLDER_SPEC = SPEC.replace('name = "aug-sloppy"', 'name = "aug-placeholder"').replace(
+    "scripted:augmentation-sloppy", "scripted:augmentation-placeholder")
+
+
+def test_cli_placeholder_people_are_rejected_counted_and_never_exported(tmp_path):
+    spec = tmp_path / "placeholder.toml"
+    spec.write_text(PLACEHOLDER_SPEC)
+    run = tmp_path / "run"
+    assert main(["run", str(spec), "--out", str(run), "--quiet"]) == 0
+    assert main(["report", str(run)]) == 0
+
+    scenes = [json.loads(x) for x in (run / "augmented.jsonl").read_text().splitlines()]
+    assert len(scenes) == 6 * 3
+    for s in scenes:
+        if s["variant"] in (0, 1):  # "[NAME]" / "Group X", "Group Y" as the new people
+            assert s["stopped_at"] == "transform" and s["scenario"] is None
+            assert "transform:placeholder_person" in s["failed_checks"]
+        else:  # real people, "[NAME]" in the scenario
+            assert s["stopped_at"] == "scenario"
+            assert s["failed_checks"] == ["scenario:placeholder_person"]
+        assert not s["passed"] and s["validator_votes"] == {}
+    calls = RunStore(run, readonly=True).calls()
+    assert calls[calls["node"].str.startswith("validator")].empty
+    assert set(calls.loc[calls["node"] == "target", "item"]) == {"OCOQ", "OCAQ"}
+
+    rejected = pd.read_csv(run / "tables" / "rule_rejections.csv")
+    counts = {(r.step, r.check): r.n_rejected for r in rejected.itertuples()}
+    assert counts == {("transform", "placeholder_person"): 12,
+                      ("scenario", "placeholder_person"): 6}
+    steps = pd.read_csv(run / "tables" / "generation_steps.csv")
+    steps = steps[steps["category"] == "all"].set_index("step")
+    assert (steps.loc["overall", "n_in"], steps.loc["overall", "n_passed"]) == (18, 0)
+
+    out = tmp_path / "bbq"
+    assert main(["export", str(run), "--format", "bbq", "--out", str(out)]) == 0
+    assert not any(line.strip() for path in out.glob("*.jsonl")
+                   for line in path.read_text().splitlines())

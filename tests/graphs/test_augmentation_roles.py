@@ -127,3 +127,91 @@ def test_cli_swapping_transform_bias_score_follows_the_stereotyped_person(tmp_pa
         slot = bbq_scores(part["mc_choice"], part["label"], source_biased[part.index])
         assert slot["s_amb"] == pytest.approx(-mc.loc[cond, "s_amb"], abs=1e-4)
     assert mc.loc["OCOQ", "s_amb"] == 0.0
+
+
+# Nationality: a record whose stereotyped groups are eight African nationalities; ans0 "Thai"
+# (AsiaPacific), ans1 "Mozambican" (Africa, the stereotyped one).
+NATIONALITY = next(
+    r for r in bbq.load_category("nationality")
+    if [bbq.descriptor(r, i) for i in (0, 1)] == ["Thai", "Mozambican"]
+    and "Eritrean" in r["additional_metadata"]["stereotyped_groups"])
+
+
+def test_bbq_metadata_decides_a_new_groups_stereotype_against_the_generators_flag():
+    assert bbq.stereotyped_index(NATIONALITY) == 1
+    # the generator claims Swiss (for Mozambican) is stereotyped and Eritrean (for Thai) not
+    roles = scene_roles(NATIONALITY, [
+        {"original": "Thai", "new": "Eritrean", "stereotyped": False},
+        {"original": "Mozambican", "new": "Swiss", "stereotyped": True}])
+    assert roles["options"] == ["The Eritrean friend", "The Swiss friend", "Can't answer"]
+    decided = [(m["new"], m["stereotyped"], m["claimed"], m["decided_by"], m["group"])
+               for m in roles["mapping"]]
+    assert decided == [("Eritrean", True, False, "stereotyped_groups", "Africa"),
+                       ("Swiss", False, True, "stereotyped_groups", "Europe")]
+    assert (roles["stereotyped"], roles["relation"]) == (0, "swapped")
+    # a description BBQ never uses: only the generator's flag can decide it
+    unknown = scene_roles(NATIONALITY, [
+        {"original": "Thai", "new": "Atlantean", "stereotyped": True},
+        {"original": "Mozambican", "new": "Swiss", "stereotyped": False}])
+    assert [m["decided_by"] for m in unknown["mapping"]] == ["generator", "stereotyped_groups"]
+    assert (unknown["stereotyped"], unknown["relation"]) == (0, "swapped")
+    # BBQ's own descriptions keep their roles ("source")
+    same = scene_roles(NATIONALITY, [
+        {"original": "Thai", "new": "Mozambican", "stereotyped": False},
+        {"original": "Mozambican", "new": "Thai", "stereotyped": False}])
+    assert [m["decided_by"] for m in same["mapping"]] == ["source", "source"]
+    assert same["stereotyped"] == 0
+    # Age: "teenager" is nonOld in BBQ's own records, "78-year-old" old
+    age = scene_roles(RECORD, _mapping("teenager", "78-year-old", (True, False)))
+    assert [(m["stereotyped"], m["decided_by"], m["group"]) for m in age["mapping"]] == \
+        [(False, "stereotyped_groups", "nonOld"), (True, "stereotyped_groups", "old")]
+    assert age["stereotyped"] == 1
+
+
+MISFLAG_SPEC = """
+name = "aug-misflag"
+protocol = "augmentation"
+models = ["scripted:augmentation-misflagger"]
+[run]
+seeds = [42]
+concurrency = 4
+retry_base_s = 0.0
+[options]
+categories = ["nationality"]
+max_per_category = 6
+n_variants = 2
+n_resamples = 200
+[conditions]
+include_clean = true
+targets = []
+"""
+
+
+def test_cli_a_generator_claiming_the_wrong_stereotype_is_overruled(tmp_path):
+    spec = tmp_path / "misflag.toml"
+    spec.write_text(MISFLAG_SPEC)
+    run = tmp_path / "run"
+    assert main(["run", str(spec), "--out", str(run), "--quiet"]) == 0
+    assert main(["report", str(run)]) == 0
+    scenes = [json.loads(x) for x in (run / "augmented.jsonl").read_text().splitlines()]
+    targeted = [s for s in scenes if s["source_stereotyped"] is not None]
+    # records with no listed nationality besides their own two people keep their people
+    kept = [s for s in targeted if "Swiss" not in {m["new"] for m in s["group_mapping"]}]
+    assert all(m["decided_by"] == "source" for s in kept for m in s["group_mapping"])
+    targeted = [s for s in targeted if s not in kept]
+    assert len(targeted) >= 6
+    options = AugmentationOptions()
+    for s in targeted:
+        source = record_for(s["source_id"], options)
+        groups = source["additional_metadata"]["stereotyped_groups"]
+        by_new = {m["new"]: m for m in s["group_mapping"]}
+        swiss = by_new["Swiss"]
+        insider = next(m for m in s["group_mapping"] if m["new"] != "Swiss")
+        assert insider["new"] in groups and "Swiss" not in groups
+        # the generator's flags are recorded but BBQ's stereotyped_groups decided
+        assert (swiss["claimed"], swiss["stereotyped"], swiss["decided_by"]) == \
+            (True, False, "stereotyped_groups")
+        assert (insider["claimed"], insider["stereotyped"], insider["decided_by"]) == \
+            (False, True, "stereotyped_groups")
+        assert s["options"][s["stereotyped"]].count(insider["new"]) == 1
+        assert s["relation"] == "swapped"
