@@ -33,7 +33,10 @@
   wrong stereotype for the new groups: the source's stereotyped person becomes Swiss (a
   European nationality BBQ does not list for the question), flagged stereotyped, and the
   other person a nationality from the record's own ``stereotyped_groups``, flagged not
-  stereotyped. BBQ's metadata decides both, against the flags. Other categories keep their
+  stereotyped. BBQ's metadata decides both, against the flags. Its odd-numbered variants
+  instead write "Atlantean" (a nationality BBQ does not know, flagged stereotyped: the flag
+  decides) for the stereotyped person and Swiss (flagged not) for the other. Records whose
+  list names no nationality besides their own two people, and other categories, keep their
   people, as the synthetic transform does.
 
 The scripted augmenter keeps the two group descriptions (it cannot know other groups), keeps
@@ -59,7 +62,7 @@ from biaslab.graphs.synthetic_mitigations import reminded, self_checking
 
 __all__ = ["P_DECISIVE", "REVEAL_SHARE", "EXPOSED_REJECT_SHARE", "make_agent",
            "make_strict_validator", "make_sloppy", "make_placeholder", "make_misflagger",
-           "MISFLAG_OUTSIDER", "lookup", "swap_people", "uniform"]
+           "MISFLAG_OUTSIDER", "MISFLAG_UNKNOWN", "lookup", "swap_people", "uniform"]
 
 P_DECISIVE = 0.6
 REVEAL_SHARE = 0.25
@@ -379,6 +382,8 @@ def make_placeholder() -> ScriptedChatModel:
 
 MISFLAG_OUTSIDER = "Swiss"
 """The nationality the misflagger claims is stereotyped (no BBQ question lists it)."""
+MISFLAG_UNKNOWN = "Atlantean"
+"""A nationality BBQ's metadata does not know, which the misflagger flags stereotyped."""
 
 
 def _misflagging_transform(request: ScriptedRequest) -> str:
@@ -394,11 +399,13 @@ def _misflagging_transform(request: ScriptedRequest) -> str:
     if insider is None or MISFLAG_OUTSIDER in groups:
         return _transform(request)
     stereo = bbq.descriptor(record, target)
+    other = b if stereo == a else a
     variants = []
     for k in range(n):
-        new = {stereo: (MISFLAG_OUTSIDER, True)}
-        other = b if stereo == a else a
-        new[other] = (insider, False)
+        if k % 2 == 0:  # both flags wrong: BBQ's metadata decides both
+            new = {stereo: (MISFLAG_OUTSIDER, True), other: (insider, False)}
+        else:  # a nationality BBQ never names: only the generator's flag can decide it
+            new = {stereo: (MISFLAG_UNKNOWN, True), other: (MISFLAG_OUTSIDER, False)}
         variants.append({
             "replacements": [{"original": d, "new": new[d][0], "stereotyped": new[d][1]}
                              for d in (a, b)],

@@ -42,6 +42,94 @@ def run(tmp_path_factory):
     return run_and_report_once(tmp_path_factory.mktemp("aug-export"), SPEC)
 
 
+def bbq_rule_target(record: dict):
+    """Our own port of BBQ's target rule (``analysis_scripts/BBQ_results_metadata.R``,
+    non-intersectional part), independent of `bbq.stereotyped_index`: the stereotyped groups
+    joined with ", " and normalised (man/boy/men → M, woman/women/girl/girls → F, the trans
+    lists → trans, "low SES"/"high SES" → lowSES/highSES); each option's label normalised
+    (man/boy → M, woman/girl → F, the first "M-"/"F-" removed); an option is the target when
+    its label occurs in the groups (Age: equal, old/nonOld only), on Nationality also when
+    its text does; "African" never matches a list naming "African American"; a trans list
+    matches labels starting "trans". The first such option, else None."""
+    groups = ", ".join(str(g) for g in record["additional_metadata"]["stereotyped_groups"])
+    low = groups.lower()
+    if low in ("man", "boy", "men"):
+        groups = "M"
+    elif low in ("woman", "women", "girl", "girls"):
+        groups = "F"
+    elif low in ("transgender women, transgender men", "transgender men", "transgender women",
+                 "transgender women, transgender men, trans"):
+        groups = "trans"
+    groups = {"low SES": "lowSES", "high SES": "highSES"}.get(groups, groups)
+    for i in range(3):
+        text, info = (str(x) for x in record["answer_info"][f"ans{i}"])
+        info = {"man": "M", "boy": "M", "woman": "F", "girl": "F"}.get(info, info)
+        info = info.replace("M-", "", 1).replace("F-", "", 1)
+        if info == "unknown" or not info:
+            continue
+        found = info.lower() in groups.lower()
+        if record["category"] == "Age":
+            found = info in ("old", "nonOld") and info == groups
+        if record["category"] == "Nationality" and text.lower() in groups.lower():
+            found = True
+        if text == "African" and "african american" in groups.lower():
+            found = False
+        if groups == "trans" and info.startswith("trans"):
+            found = True
+        if found:
+            return i
+    return None
+
+
+NEW_GROUPS_SPEC = """
+name = "aug-new-groups"
+protocol = "augmentation"
+models = ["scripted:augmentation-misflagger"]
+[run]
+seeds = [42]
+concurrency = 4
+retry_base_s = 0.0
+[options]
+categories = ["nationality", "age"]
+max_per_category = 5
+n_variants = 2
+n_resamples = 200
+[conditions]
+include_clean = true
+targets = []
+"""
+
+
+def test_export_with_new_groups_lets_bbqs_rule_find_the_stereotyped_person(tmp_path):
+    run = run_and_report_once(tmp_path, NEW_GROUPS_SPEC)
+    out = tmp_path / "bbq"
+    assert main(["export", str(run), "--format", "bbq", "--out", str(out)]) == 0
+    scenes = {(s["source_id"], s["variant"]): s for s in map(
+        json.loads, (run / "augmented.jsonl").read_text().splitlines()) if s["passed"]}
+    loaded = [*bbq.load_category("nationality", str(out)), *bbq.load_category("age", str(out))]
+    assert len(loaded) == len(scenes) > 0
+    rules = set()
+    for record in loaded:
+        meta = record["additional_metadata"]
+        scene = scenes[(meta["source_item"], meta["variant"])]
+        rules |= {m["decided_by"] for m in scene["group_mapping"]}
+        # BBQ's own rule, ported here, finds the run's stereotyped person in every record
+        assert bbq_rule_target(record) == scene["stereotyped"], (record["answer_info"], meta)
+        if scene["stereotyped"] is not None:
+            assert record[f"ans{scene['stereotyped']}"] == scene["options"][scene["stereotyped"]]
+    assert rules == {"source", "stereotyped_groups", "generator"}
+    new = [r for r in loaded if r["category"] == "Nationality"
+           and any(m["decided_by"] != "source" for m in r["additional_metadata"]["group_mapping"])]
+    assert len(new) >= 4
+    for record in new:
+        people = [v for v in record["answer_info"].values() if v[1] != "unknown"]
+        # a new nationality carries its own region, not the old person's
+        for text, label in people:
+            if text == "Swiss":
+                assert label == "Europe"
+        assert "Swiss" not in record["additional_metadata"]["stereotyped_groups"]
+
+
 def test_export_bbq_round_trips_through_the_bbq_reader(run, tmp_path):
     out = tmp_path / "bbq"
     assert main(["export", str(run), "--format", "bbq", "--out", str(out)]) == 0
@@ -61,7 +149,7 @@ def test_export_bbq_round_trips_through_the_bbq_reader(run, tmp_path):
         assert [record[f"ans{i}"] for i in range(3)] == source["options"]
         assert record["label"] == bbq.unknown_index(record) == source["label"]
         # BBQ's own stereotype rules find the stereotyped person where the swap put them
-        assert bbq.stereotyped_index(record) == source["stereotyped"]
+        assert bbq.stereotyped_index(record) == bbq_rule_target(record) == source["stereotyped"]
         assert meta["source_example_id"] == source["source_example_id"]
         assert meta["group_mapping"] == source["group_mapping"]
         assert meta["generator"]["models"]["transform"] == "scripted:augmentation-swapper"

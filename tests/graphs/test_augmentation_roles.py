@@ -199,8 +199,16 @@ def test_cli_a_generator_claiming_the_wrong_stereotype_is_overruled(tmp_path):
     kept = [s for s in targeted if "Swiss" not in {m["new"] for m in s["group_mapping"]}]
     assert all(m["decided_by"] == "source" for s in kept for m in s["group_mapping"])
     targeted = [s for s in targeted if s not in kept]
-    assert len(targeted) >= 6
+    assert len(targeted) >= 8
     options = AugmentationOptions()
+    for s in [s for s in targeted if s["variant"] == 1]:  # "Atlantean": the flag decides
+        atlantean, swiss = s["group_mapping"] if s["group_mapping"][0]["new"] == "Atlantean" \
+            else s["group_mapping"][::-1]
+        assert (atlantean["new"], atlantean["stereotyped"], atlantean["decided_by"]) == \
+            ("Atlantean", True, "generator")
+        assert (swiss["stereotyped"], swiss["decided_by"]) == (False, "stereotyped_groups")
+        assert s["relation"] == "kept"
+    targeted = [s for s in targeted if s["variant"] == 0]
     for s in targeted:
         source = record_for(s["source_id"], options)
         groups = source["additional_metadata"]["stereotyped_groups"]

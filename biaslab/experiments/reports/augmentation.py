@@ -64,7 +64,7 @@ from biaslab.experiments.reports.markdown import to_markdown
 from biaslab.prompts.exposure import condition_id
 
 __all__ = ["rows_frame", "scenarios_frame", "summary_frame", "write_report", "export_augmented",
-           "export_bbq", "unique_generations", "table2", "table3", "category_rates",
+           "export_bbq", "bbq_people", "unique_generations", "table2", "table3", "category_rates",
            "dr_figure", "AGGREGATE_PANEL", "generation_frame", "compare_augmentation",
            "SHARED_GENERATION"]
 
@@ -339,24 +339,54 @@ def export_augmented(store, path: Path, finalized: list | None = None) -> Path:
     return path
 
 
-def _bbq_answer_info(source: dict, aug: dict) -> dict:
-    """BBQ's ``answer_info`` of a scenario: each person option gets its new description and
-    a group label that keeps BBQ's reading of the stereotype: the new stereotyped person
-    carries the source's stereotyped group label, the other person the source's other
-    label (so any BBQ tool finds the stereotyped option where `scene_roles` put it). Without
-    a stereotyped person (relation "lost" / "no_target") the label is the new description."""
+def bbq_people(source: dict, aug: dict) -> tuple[dict, list[str]]:
+    """BBQ's ``answer_info`` and ``stereotyped_groups`` of an exported scenario, written so
+    that BBQ's own rule (`bbq.stereotyped_index`, the authors' metadata script: a person's
+    group label, and on Nationality its text, matched against ``stereotyped_groups``) finds
+    the person the run calls stereotyped (``aug["stereotyped"]``), and no one when the run
+    has no stereotyped person (relation "lost" or "no_target").
+
+    Each person option becomes [new description, group label]: the label BBQ's metadata gave
+    the new person (``group_mapping[j]["group"]``: BBQ's own label for one of its
+    descriptions, or the group its vocabulary gives); where the generator's flag decided, the
+    source's label of the same role (the stereotyped person's label for a stereotyped new
+    person, the other person's otherwise), or the description itself when the source has no
+    stereotyped option. ``stereotyped_groups`` starts as the source's list; an entry that
+    would make BBQ's rule pick a person the run does not is dropped, and the stereotyped
+    person's text (Nationality) or label (elsewhere) is added when the rule would miss it.
+
+    Raises:
+        RuntimeError: BBQ's rule still disagrees with the run (a defect, never user input).
+    """
+    category = source["category"]
     info = {k: list(v) for k, v in source["answer_info"].items()}
-    unknown = bbq.unknown_index(source)
-    people = [i for i in range(3) if i != unknown]
-    target, new_target = bbq.stereotyped_index(source), aug["stereotyped"]
+    people = [i for i in range(3) if i != bbq.unknown_index(source)]
+    target, wanted = bbq.stereotyped_index(source), aug["stereotyped"]
+    groups = [str(g) for g in source["additional_metadata"].get("stereotyped_groups", [])]
     for i, entry in zip(people, aug["group_mapping"]):
-        if target is not None and new_target is not None:
+        label = entry.get("group")
+        if label is None and target is not None:
             other = next(j for j in people if j != target)
-            label = source["answer_info"][f"ans{target if i == new_target else other}"][1]
-        else:
-            label = entry["new"]
-        info[f"ans{i}"] = [entry["new"], label]
-    return info
+            label = source["answer_info"][f"ans{target if entry['stereotyped'] else other}"][1]
+        info[f"ans{i}"] = [entry["new"], label if label is not None else entry["new"]]
+
+    def hits(i: int, among: list[str]) -> bool:
+        return bbq.option_is_stereotyped(category, info[f"ans{i}"][0], info[f"ans{i}"][1],
+                                         among)
+
+    for i in people:
+        if i != wanted and hits(i, groups):
+            groups = [g for g in groups if not hits(i, [g])]
+    if wanted is not None and not hits(wanted, groups):
+        text, label = info[f"ans{wanted}"]
+        groups.append(text if category == "Nationality" else label)
+    record = {"category": category, "answer_info": info,
+              "additional_metadata": {"stereotyped_groups": groups}}
+    if bbq.stereotyped_index(record) != wanted:
+        raise RuntimeError(f"BBQ export of {aug['source_id']} variant {aug['variant']}: BBQ's "
+                           f"rule finds option {bbq.stereotyped_index(record)}, the run "
+                           f"{wanted}")
+    return info, groups
 
 
 def export_bbq(store, out_dir: Path, options, finalized: list | None = None) -> list[Path]:
@@ -365,6 +395,9 @@ def export_bbq(store, out_dir: Path, options, finalized: list | None = None) -> 
     One record per scenario that passed (the clean arm, each generation once, however many
     target models answered it), with BBQ's fields: the scenario as ``context``, the source's
     question, the remapped options as ``ans0..ans2``, ``label`` = the unknown option, and
+    ``answer_info`` and ``stereotyped_groups`` from `bbq_people` (BBQ's own rule finds the
+    run's stereotyped person in every record; the source's list stays in
+    ``source_stereotyped_groups``), and
     ``additional_metadata`` holding the source's metadata plus the provenance: source example,
     variant, generator models and prompts, group mapping, stereotype relation, rephrased
     question, validator votes and seed. ``example_id`` numbers the records of a category.
@@ -382,8 +415,11 @@ def export_bbq(store, out_dir: Path, options, finalized: list | None = None) -> 
                 continue
             seen.add(key)
             source = record_for(aug["source_id"], options)
+            answer_info, groups = bbq_people(source, aug)
             meta = {**{k: v for k, v in source["additional_metadata"].items()
-                       if k != "data_origin"},
+                       if k != "data_origin"}, "stereotyped_groups": groups,
+                    "source_stereotyped_groups": source["additional_metadata"].get(
+                        "stereotyped_groups", []),
                     "data_origin": "augmented by biaslab",
                     "source_data_origin": aug["data_origin"],
                     "source_example_id": aug["source_example_id"],
@@ -397,7 +433,7 @@ def export_bbq(store, out_dir: Path, options, finalized: list | None = None) -> 
             records.append({
                 "example_id": len(records), "question_index": source.get("question_index", ""),
                 "question_polarity": source["question_polarity"], "context_condition": "ambig",
-                "category": source["category"], "answer_info": _bbq_answer_info(source, aug),
+                "category": source["category"], "answer_info": answer_info,
                 "additional_metadata": meta, "context": aug["scenario"],
                 "question": source["question"],
                 **{f"ans{i}": aug["options"][i] for i in range(3)}, "label": aug["label"]})
