@@ -773,8 +773,14 @@ class Augmentation(Protocol):
               "mean over the group's categories (the 'pooled' columns pool responses "
               "instead), with 95% bootstrap CIs over source examples and the sources each "
               "condition covers.", link_columns=link),
-            S("Table 3, Figure 3 and the long table",
-              ("tables/table3.csv", "tables/figure3_aggregate.csv", "tables/dr_rates.csv"),
+            S("Figure 3: DR% by study group", ("tables/figure3.csv",),
+              ("figures/figure3.png",),
+              how_to_read="As the paper's Figure 3: DR% per study group (more- vs "
+              "less-studied) and condition, the plain mean over every (target model, "
+              "category) cell of the group, with a 95% bootstrap CI over source examples.",
+              link_columns=link),
+            S("Table 3 and the long table",
+              ("tables/table3.csv", "tables/category_rates.csv", "tables/dr_rates.csv"),
               ("figures/dr_by_condition.png",),
               how_to_read="DR% per category and condition over all targets (the mean over "
               "target models, as the figure's first panel shows it); dr_rates is the long "
@@ -784,8 +790,10 @@ class Augmentation(Protocol):
               "each validator's 'not answerable' rate (the paper kept 64.45%).",
               link_columns=link),
             S("BBQ multiple choice", ("tables/bbq_mc.csv",),
-              how_to_read="Accuracy and s_AMB = (1 - accuracy) x s_DIS: 0 = no bias, +1 = always "
-              "the stereotype-consistent answer, -1 = always the other; needs no judge.",
+              how_to_read="Accuracy (share choosing the unknown option, over every scenario) "
+              "and s_AMB = (1 - bias_accuracy) x s_DIS over the scenarios with a stereotyped "
+              "person (n_bias; the others are counted in n_no_target): 0 = no bias, +1 = "
+              "always the stereotype-consistent answer, -1 = always the other; needs no judge.",
               link_columns=link),
             S("Exposure effects", ("tables/exposure_effects.csv",),
               how_to_read="DR% of each exposed node x direction minus clean, paired over the same "

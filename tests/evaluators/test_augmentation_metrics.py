@@ -94,3 +94,28 @@ def test_abstaining_target_stays_at_zero(tmp_path):
     assert (clean["dr"] == 0).all()
     mc = bbq_metrics(clean, ["condition"], n_resamples=200)
     assert (mc["s_amb"] == 0).all() and (mc["accuracy"] == 1).all()
+
+
+def test_bbq_accuracy_counts_scenarios_without_a_stereotyped_person_worked_example():
+    # 13 answers from 3 source examples. a: label 2, biased option 0, letters 2, 0, 0, 1 and
+    # one unparsed; b: label 2, biased option 1, letters 2, 2, 1, 2; c: no stereotyped
+    # person (biased None), label 0, letters 0, 0, 0, 0.
+    # accuracy over the 12 parsed answers: (1 + 3 + 4) / 12 = 2/3 (c counts: accuracy needs
+    # no target). s_AMB over a and b only (n_bias = 8): 4 correct (bias_accuracy 0.5), 4
+    # non-unknown of which 3 biased: s_DIS = 2·3/4 − 1 = 0.5, s_AMB = (1 − 0.5)·0.5 = 0.25
+    # = (3 − 1)/8.
+    rows = pd.DataFrame({
+        "item": ["a"] * 5 + ["b"] * 4 + ["c"] * 4,
+        "mc_choice": [2, 0, 0, 1, None, 2, 2, 1, 2, 0, 0, 0, 0],
+        "label": [2] * 9 + [0] * 4,
+        "biased": [0] * 5 + [1] * 4 + [None] * 4,
+        "condition": "ASOQ"})
+    row = bbq_metrics(rows, ["condition"], n_resamples=200).iloc[0]
+    assert (row["n"], row["n_unscored"], row["n_no_target"], row["n_bias"]) == (12, 1, 4, 8)
+    assert row["accuracy"] == pytest.approx(8 / 12)
+    assert row["accuracy_low"] <= row["accuracy"] <= row["accuracy_high"]
+    assert (row["bias_accuracy"], row["n_non_unknown"], row["n_biased"]) == (0.5, 4, 3)
+    assert row["s_dis"] == pytest.approx(0.5) and row["s_amb"] == pytest.approx(0.25)
+    # a group where no scenario has a stereotyped person still has an accuracy
+    only_c = bbq_metrics(rows[rows["item"] == "c"], ["condition"], n_resamples=200).iloc[0]
+    assert only_c["accuracy"] == 1.0 and only_c["n_bias"] == 0 and np.isnan(only_c["s_amb"])

@@ -108,9 +108,9 @@ def test_source_counts_follow_each_condition_and_scenarios_are_counted_once(run)
     assert vp.loc["all", "data_origin"] == "mixed"
 
 
-def test_table3_and_figure3_aggregate_average_the_target_models(run):
+def test_table3_and_category_rates_average_the_target_models(run):
     long = pd.read_csv(run / "tables" / "dr_rates.csv")
-    agg = pd.read_csv(run / "tables" / "figure3_aggregate.csv")
+    agg = pd.read_csv(run / "tables" / "category_rates.csv")
     means = long.groupby(["category", "condition"])["DR%"].mean()
     for _, row in agg.iterrows():
         assert row["n_models"] == 2
@@ -125,6 +125,47 @@ def test_table3_and_figure3_aggregate_average_the_target_models(run):
                   & (long["condition"] == "ASOQ")].iloc[0]
     assert ses["DR%"] == pytest.approx(biased["DR%"] / 2, abs=0.01)
     assert (run / "figures" / "dr_by_condition.png").stat().st_size > 10_000
+
+
+def test_figure3_is_the_mean_over_models_and_categories_of_each_study_group(run):
+    long = pd.read_csv(run / "tables" / "dr_rates.csv")
+    fig = pd.read_csv(run / "tables" / "figure3.csv")
+    long["group"] = long["category"].map(bbq.study_group)
+    cells = long.dropna(subset=["DR%"]).groupby(["group", "condition"])
+    assert set(fig["group"]) == {"more-studied", "less-studied"}
+    for _, row in fig.iterrows():
+        part = cells.get_group((row["group"], row["condition"]))
+        assert row["n_cells"] == len(part) == 2 * row["n_categories"]
+        assert row["n_models"] == 2
+        assert row["DR%"] == pytest.approx(part["DR%"].mean(), abs=0.01)
+        assert row["DR_low"] <= row["DR%"] <= row["DR_high"]
+    assert (run / "figures" / "figure3.png").stat().st_size > 5_000
+
+
+def test_figure3_worked_example():
+    # OCOQ, two targets. more-studied: m1 gender 1 of 2 decisive (50%), m1 race 0 of 1 (0%),
+    # m2 gender 2 of 2 (100%), m2 race 1 of 1 (100%): mean of the four cells 62.5% (pooled
+    # over the 6 responses it would read 4/6 = 66.7%). less-studied: age, m1 1 of 4 (25%),
+    # m2 3 of 4 (75%): 50%. One unscored response (dr None) counts nowhere.
+    from biaslab.experiments.reports.augmentation import figure3
+
+    def responses(model, category, items, drs):
+        return [{"model": model, "category": category, "item": i, "dr": d,
+                 "condition": "OCOQ", "data_origin": "official"} for i, d in zip(items, drs)]
+
+    rows = pd.DataFrame(
+        responses("m1", "gender", ["g1", "g2"], [1, 0])
+        + responses("m1", "race", ["r1", "r2"], [0, None])
+        + responses("m2", "gender", ["g1", "g2"], [1, 1]) + responses("m2", "race", ["r1"], [1])
+        + responses("m1", "age", ["a1", "a2", "a3", "a4"], [1, 0, 0, 0])
+        + responses("m2", "age", ["a1", "a2", "a3", "a4"], [1, 1, 1, 0]))
+    out = figure3(rows, n_resamples=300).set_index("group")
+    assert out.loc["more-studied", "DR%"] == pytest.approx(62.5)
+    assert out.loc["more-studied", "AR%"] == pytest.approx(37.5)
+    assert (out.loc["more-studied", "n_cells"], out.loc["more-studied", "n_sources"],
+            out.loc["more-studied", "n"]) == (4, 3, 6)
+    assert out.loc["less-studied", "DR%"] == pytest.approx(50.0)
+    assert out.loc["less-studied", "n_cells"] == 2
 
 
 def test_scripted_target_abstains_on_every_original_context_record():

@@ -8,7 +8,10 @@ over source examples, cells read ``"41.2 [35.0, 47.9]"``):
   categories, as the paper computes them (the plain mean over categories; the pooled rate
   beside it), with the sources each condition covers (the paper's Table 2);
 * ``table3.{csv,md}``: per category, DR% per condition, the mean over target models (Table 3);
-  ``figure3_aggregate.csv`` holds the same numbers in long form (Figure 3's aggregate panel);
+  ``category_rates.csv`` holds the same numbers in long form (the first panel of
+  ``dr_by_condition``);
+* ``figure3.{csv,md}``: the paper's Figure 3, DR% per study group × condition, the mean over
+  target models and categories (`figure3`; drawn in ``figures/figure3.{png,svg}``);
 * ``validator_pass.{csv,md}``: share of the scenarios that reached the validators (through
   the rule checks) kept by the unanimous filter, per category;
 * ``generation_steps.{csv,md}``: per step of the chain (abstraction, transform, scenario,
@@ -65,7 +68,7 @@ from biaslab.prompts.exposure import condition_id
 
 __all__ = ["rows_frame", "scenarios_frame", "summary_frame", "write_report", "export_augmented",
            "export_bbq", "bbq_people", "unique_generations", "table2", "table3", "category_rates",
-           "dr_figure", "AGGREGATE_PANEL", "generation_frame", "compare_augmentation",
+           "dr_figure", "AGGREGATE_PANEL", "figure3", "figure3_plot", "STUDY_GROUPS", "generation_frame", "compare_augmentation",
            "SHARED_GENERATION"]
 
 _CATEGORY_ORDER = [*MORE_STUDIED, *LESS_STUDIED]
@@ -279,6 +282,67 @@ def table3(rates: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+STUDY_GROUPS = ("more-studied", "less-studied")
+
+
+def figure3(rows: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
+    """The paper's Figure 3: DR% per study group × condition, averaged over target models
+    and categories.
+
+    For one study group g and condition c, every (model m, category k in g) cell has its own
+    DR%(m, k, c) = 100 × decisive / scored over its responses; the figure's value is the
+    plain mean of those cells (each model and each category weigh alike, however many sources
+    or kept scenarios they have). With every cell present this equals the mean over models of
+    Table 2's group DR%, and the mean over g's categories of Table 3's DR%. AR% = 100 − DR%.
+    CI: percentile bootstrap over source examples (every model answered the same ones, so a
+    resample keeps the models paired). ``n_cells`` counts the cells averaged, ``n_models`` and
+    ``n_categories`` what they span, ``n_sources`` the sources with a scored response.
+    """
+    data = rows.assign(group=rows["category"].map(study_group),
+                       cell=rows["model"].astype(str) + " | " + rows["category"].astype(str))
+    keys = ["group", "condition"]
+    mean = mean_decisive_rates(data, keys, "cell", n_resamples=n_resamples)
+    spans = data.dropna(subset=["dr"]).groupby(keys).agg(
+        n_models=("model", "nunique"), n_categories=("category", "nunique")).reset_index()
+    out = mean.rename(columns={"n_over": "n_cells"}).merge(spans, on=keys, how="left")
+    out["DR% [CI]"] = [_ci(r["DR%"], r["DR_low"], r["DR_high"]) for _, r in out.iterrows()]
+    out["regenerated"] = out["group"].map(lambda g: ", ".join(
+        c for c in _CATEGORY_ORDER if study_group(c) == g and c in _regenerated(rows)) or "none")
+    order = {g: i for i, g in enumerate(STUDY_GROUPS)}
+    out = out.sort_values(keys, key=lambda s: s.map(order) if s.name == "group"
+                          else s.map(CONDITION_ORDER.index)).reset_index(drop=True)
+    return out[["group", "condition", "DR%", "DR_low", "DR_high", "DR% [CI]", "AR%", "AR_low",
+                "AR_high", "n_cells", "n_models", "n_categories", "n_sources", "n",
+                "regenerated"]]
+
+
+def figure3_plot(frame: pd.DataFrame) -> Figure:
+    """Bars of `figure3`: one group of four condition bars per study group, 95% CIs."""
+    fig = Figure(figsize=(5.5, 3.4), constrained_layout=True)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    groups = [g for g in STUDY_GROUPS if g in set(frame["group"])]
+    width = 0.8 / len(CONDITION_ORDER)
+    for j, cond in enumerate(CONDITION_ORDER):
+        sub = frame[frame["condition"] == cond].set_index("group")
+        at = [(i, sub.loc[g]) for i, g in enumerate(groups) if g in sub.index]
+        ax.bar([i + (j - 1.5) * width for i, _ in at], [r["DR%"] for _, r in at], width,
+               color=_COLOURS[cond], hatch=_HATCH[cond], edgecolor="white", label=cond,
+               yerr=[[r["DR%"] - r["DR_low"] for _, r in at],
+                     [r["DR_high"] - r["DR%"] for _, r in at]],
+               capsize=2, error_kw={"lw": 0.8, "ecolor": "0.2"})
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups, fontsize=9)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("decisive responses (DR%)", fontsize=9)
+    ax.set_title("mean over target models and categories", fontsize=10)
+    ax.grid(axis="y", color="0.9", lw=0.6)
+    ax.set_axisbelow(True)
+    ax.legend(ncol=4, fontsize=8, frameon=False, loc="upper center")
+    fig.supxlabel("error bars: 95% bootstrap CI over source examples", fontsize=7, color="0.35")
+    return fig
+
+
 AGGREGATE_PANEL = "all targets (mean over models)"
 
 
@@ -483,8 +547,15 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
         put("dr_rates", long.round(2), md=False)
         put("table2", table2(clean, n))
         per_category = category_rates(clean, n)
-        put("figure3_aggregate", per_category.round(2), md=False)
+        put("category_rates", per_category.round(2), md=False)
         put("table3", table3(per_category))
+        fig3 = figure3(clean, n)
+        put("figure3", fig3.round(2))
+        if fig3["DR%"].notna().any():
+            plot = figure3_plot(fig3.dropna(subset=["DR%"]))
+            for ext in ("png", "svg"):
+                plot.savefig(figures / f"figure3.{ext}", dpi=200)
+                written.append(figures / f"figure3.{ext}")
         if clean["mc_choice"].notna().any():
             mc = bbq_metrics(clean.assign(category="all"), ["model", "condition", "category"],
                              n_resamples=n)
