@@ -82,8 +82,10 @@ def test_paper_scale_is_the_clean_design_and_the_arms_have_their_own_scale(capsy
 
     from biaslab.datasets import bbq
 
+    from biaslab.experiments.spec import load_spec
+
     spec = str(Path(__file__).parents[2] / "experiments" / "augmentation.toml")
-    sources, targets = sum(bbq.PAPER_SIZES.values()), 5
+    sources, targets = sum(bbq.PAPER_SIZES.values()), 8
     cells = {}
     for scale in ("paper", "exposures", "smoke"):
         assert main(["estimate", spec, "--scale", scale]) == 0
@@ -92,3 +94,16 @@ def test_paper_scale_is_the_clean_design_and_the_arms_have_their_own_scale(capsy
     assert cells["paper"] == sources * targets
     assert cells["exposures"] == sources * targets * (1 + 10 * 2)
     assert cells["smoke"] == 2
+    # the paper's models (its sections 4 and 4.1): eight targets, generator, validators, judge
+    paper = load_spec(spec)
+    assert paper.models == [
+        "ollama:deepseek-r1:14b", "ollama:olmo2:13b", "ollama:gemma3:27b", "ollama:gemma2:27b",
+        "ollama:mistral:7b", "ollama:phi4:14b", "openrouter:google/gemini-2.5-flash-lite",
+        "ollama:qwen3:14b"]
+    bound = {name: node.model for name, node in paper.nodes.items()}
+    assert bound == {**{n: "openrouter:google/gemini-2.5-flash"
+                        for n in ("abstraction", "transform", "scenario", "rephrase")},
+                     "validator_1": "openrouter:google/gemini-2.0-flash-001",
+                     "validator_2": "openrouter:openai/gpt-4.1-nano",
+                     "validator_3": "ollama:phi4-reasoning:14b",
+                     "judge": "openrouter:openai/gpt-4.1-mini"}
