@@ -21,7 +21,7 @@ from biaslab.evaluators.stats import (bootstrap, cohens_kappa, fleiss_kappa_from
 
 __all__ = ["cluster_rate", "decisive_rates", "mean_decisive_rates", "bbq_scores", "bbq_metrics",
            "pass_rates", "exposure_effects", "step_pass_rates", "rule_rejections",
-           "validator_agreement", "condition_contrasts", "pass_rate_effects", "source_dr",
+           "validator_agreement", "stereotype_decisions", "condition_contrasts", "pass_rate_effects", "source_dr",
            "GENERATION_MEASURES", "read_human_labels", "human_agreement",
            "CONDITION_ORDER", "CONDITION_PAIRS"]
 
@@ -342,6 +342,36 @@ def rule_rejections(scenarios: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFr
     return pd.DataFrame([{"step": step, "check": check, "n_rejected": n}
                          for (step, check), n in sorted(counts.items())],
                         columns=["step", "check", "n_rejected"])
+
+
+def stereotype_decisions(scenarios: pd.DataFrame, by: Sequence[str] = ("category",)
+                         ) -> pd.DataFrame:
+    """Which rule decided whether each new person is the stereotyped one, and how often it
+    overruled the generator's own claim.
+
+    Over the people of every variant the transform wrote (``group_mapping``: two per
+    variant), per `by` group and rule (``decided_by``: ``source``, ``stereotyped_groups``,
+    ``generator``; `graphs.augmentation.scene_roles`): ``n_people``; ``n_stereotyped``, those
+    decided stereotyped; ``n_overruled``, those whose decision differs from the generator's
+    ``claimed`` flag (never under ``generator``, whose decision is the flag);
+    ``overruled%`` = 100 × n_overruled / n_people. A variant counts once however many
+    target models answered it (pass the generations once, `unique_generations`).
+    """
+    by = list(by)
+    people = [{**{k: row[k] for k in by}, "decided_by": m.get("decided_by", "unrecorded"),
+               "stereotyped": bool(m.get("stereotyped")),
+               "overruled": bool(m.get("stereotyped")) != bool(m.get("claimed",
+                                                                      m.get("stereotyped")))}
+              for _, row in scenarios.iterrows() for m in (row.get("group_mapping") or ())]
+    columns = [*by, "decided_by", "n_people", "n_stereotyped", "n_overruled", "overruled%"]
+    if not people:
+        return pd.DataFrame(columns=columns)
+    frame = pd.DataFrame(people)
+    out = frame.groupby([*by, "decided_by"], sort=True).agg(
+        n_people=("stereotyped", "size"), n_stereotyped=("stereotyped", "sum"),
+        n_overruled=("overruled", "sum")).reset_index()
+    out["overruled%"] = 100 * out["n_overruled"] / out["n_people"]
+    return out[columns]
 
 
 def validator_agreement(votes: pd.DataFrame, validators: Sequence[str],

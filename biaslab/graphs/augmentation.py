@@ -804,10 +804,13 @@ class Augmentation(Protocol):
               "clean arm's, paired over source examples (pp, 95% CI): a biased validator "
               "shows here as a negative kept% effect.", link_columns=link),
             S("Generation", ("tables/generation_steps.csv", "tables/rule_rejections.csv",
-                             "tables/rephrase.csv"),
+                             "tables/stereotype_decisions.csv", "tables/rephrase.csv"),
               how_to_read="Per step of the chain, how many inputs passed (Wilson 95% "
               "intervals); what the rule checks that run before the validators rejected "
-              "(placeholders left, people missing, off-topic scenarios, non-questions).",
+              "(placeholders and placeholder people, people missing, off-topic scenarios, "
+              "non-questions); which rule decided each new person's stereotype (BBQ's own "
+              "description, BBQ's metadata, the generator's flag) and how often it overruled "
+              "the generator.",
               link_columns=link),
             S("Validator agreement", ("tables/validator_agreement.csv",),
               how_to_read="Fleiss' kappa and Gwet's AC1 of the three validators over the "

@@ -119,3 +119,28 @@ def test_bbq_accuracy_counts_scenarios_without_a_stereotyped_person_worked_examp
     # a group where no scenario has a stereotyped person still has an accuracy
     only_c = bbq_metrics(rows[rows["item"] == "c"], ["condition"], n_resamples=200).iloc[0]
     assert only_c["accuracy"] == 1.0 and only_c["n_bias"] == 0 and np.isnan(only_c["s_amb"])
+
+
+def test_stereotype_decisions_worked_example():
+    # Three variants of one Nationality source, two people each (6 people):
+    # v1: both kept BBQ's descriptions (source); the first is stereotyped, claimed not.
+    # v2: BBQ's metadata decided both; stereotyped claimed not, and not-stereotyped claimed so.
+    # v3: one decided by the generator's flag (stereotyped, as claimed), one by the metadata.
+    # source: 2 people, 1 stereotyped, 1 overruled (50%); stereotyped_groups: 3 people,
+    # 1 stereotyped, 2 overruled (66.67%); generator: 1 person, 1 stereotyped, 0 overruled.
+    from biaslab.evaluators.augmentation import stereotype_decisions
+
+    def person(rule, decided, claimed):
+        return {"decided_by": rule, "stereotyped": decided, "claimed": claimed}
+
+    scenarios = pd.DataFrame({"category": "nationality", "group_mapping": [
+        [person("source", True, False), person("source", False, False)],
+        [person("stereotyped_groups", True, False), person("stereotyped_groups", False, True)],
+        [person("generator", True, True), person("stereotyped_groups", False, False)]]})
+    out = stereotype_decisions(scenarios).set_index("decided_by")
+    assert out.loc["source", ["n_people", "n_stereotyped", "n_overruled"]].tolist() == [2, 1, 1]
+    assert out.loc["stereotyped_groups", ["n_people", "n_stereotyped", "n_overruled"]
+                   ].tolist() == [3, 1, 2]
+    assert out.loc["stereotyped_groups", "overruled%"] == pytest.approx(200 / 3)
+    assert out.loc["generator", ["n_people", "n_stereotyped", "n_overruled"]].tolist() == \
+        [1, 1, 0]

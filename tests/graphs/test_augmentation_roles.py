@@ -223,3 +223,13 @@ def test_cli_a_generator_claiming_the_wrong_stereotype_is_overruled(tmp_path):
             (False, True, "stereotyped_groups")
         assert s["options"][s["stereotyped"]].count(insider["new"]) == 1
         assert s["relation"] == "swapped"
+    # the report counts each rule's decisions over every generated person, once
+    table = pd.read_csv(run / "tables" / "stereotype_decisions.csv")
+    table = table[table["category"] == "all"].set_index("decided_by")
+    people = [m for s in scenes for m in s["group_mapping"]]
+    for rule in ("source", "stereotyped_groups", "generator"):
+        mine = [m for m in people if m["decided_by"] == rule]
+        assert table.loc[rule, "n_people"] == len(mine) > 0
+        assert table.loc[rule, "n_overruled"] == sum(m["stereotyped"] != m["claimed"]
+                                                     for m in mine)
+    assert table.loc["stereotyped_groups", "n_overruled"] >= 8

@@ -17,6 +17,9 @@ over source examples, cells read ``"41.2 [35.0, 47.9]"``):
 * ``generation_steps.{csv,md}``: per step of the chain (abstraction, transform, scenario,
   validators, overall, rephrase) how many inputs passed, with Wilson 95% intervals;
 * ``rule_rejections.csv``: what the rule checks rejected, per step and check;
+* ``stereotype_decisions.csv``: per category and rule (BBQ's own description, BBQ's
+  metadata, the generator's flag), how many new people it decided, and how often it
+  overruled the generator's claim (`stereotype_decisions`);
 * ``validator_agreement.{csv,md}``: Fleiss' kappa and Gwet's AC1 of the three validators;
 * ``condition_contrasts.{csv,md}``: DR% differences between conditions (ASOQ−OCOQ, ...) on
   the *same* source examples, with paired bootstrap CIs and the sources each pair covers;
@@ -60,6 +63,7 @@ from biaslab.evaluators.augmentation import (CONDITION_ORDER, bbq_metrics, condi
                                              mean_decisive_rates, pass_rate_effects,
                                              pass_rates, source_dr,
                                              rule_rejections, step_pass_rates,
+                                             stereotype_decisions,
                                              validator_agreement)
 from biaslab.evaluators.exposure_effects import paired_condition_effects
 from biaslab.graphs.augmentation import VALIDATOR_LABELS, VALIDATORS, record_for
@@ -110,6 +114,7 @@ def scenarios_frame(store, finalized: list | None = None) -> pd.DataFrame:
                          "stopped_at": aug.get("stopped_at"),
                          "failed_checks": tuple(aug.get("failed_checks", ())),
                          "relation": aug.get("relation"), "scenario": aug["scenario"],
+                         "group_mapping": aug.get("group_mapping"),
                          "variant_context": aug["variant_context"],
                          **{k: v for k, v in aug["validator_votes"].items()}})
     return pd.DataFrame(rows)
@@ -625,6 +630,10 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
         put("generation_steps", steps.round(2),
             cells="Cells: percent of the step's inputs that passed [Wilson 95% interval].")
         put("rule_rejections", rule_rejections(sc, sources), md=False)
+        if not sc.empty:
+            decisions = pd.concat([stereotype_decisions(sc),
+                                   stereotype_decisions(sc.assign(category="all"))])
+            put("stereotype_decisions", decisions.round(2), md=False)
     if not summary.empty:
         reph = summary.groupby(["exposure", "model"]).agg(
             n_sources=("item", "size"), rephrase_ok=("rephrase_ok", "sum"),
