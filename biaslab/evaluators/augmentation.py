@@ -333,7 +333,8 @@ def rule_rejections(scenarios: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFr
             counts[(step, check)] = counts.get((step, check), 0) + 1
     errors = summary.get("rephrase_error", pd.Series(dtype=object)).dropna()
     for check, pattern in (("not_a_question", "not a question"),
-                           ("placeholder_left", "placeholder"),
+                           ("placeholder_left", "template placeholder"),
+                           ("placeholder_person", "stand-in person"),
                            ("same_as_original", "same as the original"),
                            ("names_an_answer", "names a possible answer")):
         n = int(errors.astype(str).str.contains(pattern).sum())

@@ -289,6 +289,9 @@ def rephrase_parser(original: str, forbidden: Sequence[str]):
         broken = question_failures(line)
         if "placeholder_left" in broken:
             raise ParseError("the rewritten question still holds a template placeholder")
+        if "placeholder_person" in broken:
+            raise ParseError("the rewritten question names a stand-in person ([NAME], "
+                             "Group X, ...)")
         if "not_a_question" in broken:
             raise ParseError("the rewrite is not a question (it must end with '?')")
         return line

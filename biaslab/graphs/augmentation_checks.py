@@ -10,7 +10,7 @@ what the report counts (``tables/rule_rejections.csv``):
   word (``[NAME]``, ``[Person 1]``), a letter- or number-labelled generic person (``Group X``,
   ``Person B``, ``Individual 2``), a lone letter or slot name (``X``, ``NAME1``), or a word
   that names no group (``someone``, ``person``, ``the other group``); in a transform's two new
-  descriptions or anywhere in its passage or scenario;
+  descriptions or anywhere in its passage, scenario or rephrased question;
 * ``group_not_named`` (transform) / ``option_missing`` (scenario): one of the two people the
   answer options name does not occur in the text, so the options no longer fit it;
 * ``same_groups``: the two new descriptions are the same;
@@ -144,6 +144,8 @@ def question_failures(question: str) -> list[str]:
     out = []
     if placeholder_left(text):
         out.append("placeholder_left")
+    if _holds_placeholder_person(text):
+        out.append("placeholder_person")
     if not text.endswith("?"):
         out.append("not_a_question")
     return out

@@ -134,6 +134,10 @@ def test_every_placeholder_person_is_rejected():
     assert variant_failures(f"{SITUATION} Person A waved.", PEOPLE) == ["placeholder_person"]
     scene = f"{SITUATION} The grandson and the grandfather talked while [NAME] watched."
     assert scenario_failures(scene, SITUATION, PEOPLE) == ["placeholder_person"]
+    assert question_failures("Who did [NAME] meet?") == ["placeholder_person"]
+    with pytest.raises(ParseError, match="stand-in person"):
+        rephrase_parser("Who was not comfortable using the phone?", PEOPLE)(
+            "Was Group X uncomfortable with the phone?")
 
 
 PLACEHOLDER_SPEC = SPEC.replace('name = "aug-sloppy"', 'name = "aug-placeholder"').replace(
