@@ -762,7 +762,8 @@ def arbitration_fbs_drop(predictions: pd.DataFrame, *, reference: str = "E1",
         k = _key_dict(CONDITION_KEYS, key)
         if k["target"] == CLEAN:
             clean[tuple(k[c] for c in _BASELINE_KEYS)] = df
-    groups: dict[tuple, list[tuple[np.ndarray, np.ndarray, int]]] = {}
+    # (dataset, target, direction, model) -> per seed: (d_ref, d_mit, sex, favored, n, dropped)
+    groups: dict[tuple, list[tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int]]] = {}
     rng = np.random.default_rng(random_state)
     alpha = (1 - confidence) / 2
     for key, exposed_ref in runs.items():
