@@ -9,6 +9,10 @@ import signal
 
 import pytest
 
+# A real OpenAI-compatible endpoint (llama.cpp's server with SmolLM2 on 127.0.0.1), for any test
+# that asks for it by name; see that module.
+from support_llama_server import llama_server  # noqa: F401
+
 
 @pytest.fixture(autouse=True, scope="session")
 def ctrl_c_is_not_ignored():

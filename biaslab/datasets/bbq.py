@@ -30,6 +30,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from biaslab.datasets import file_stamps
 from biaslab.errors import UserError
 
 __all__ = ["CATEGORIES", "PAPER_SIZES", "MORE_STUDIED", "LESS_STUDIED", "REGENERATED",
@@ -309,15 +310,29 @@ def _read_jsonl(path: Path) -> list[dict]:
     return records
 
 
+def _candidates(name: str) -> tuple[str, ...]:
+    return (f"{name}.jsonl", f"{name}.jsonl.gz", f"{name}.ambig.jsonl.gz")
+
+
 def _user_file(data_dir: str | Path, name: str) -> Path | None:
-    for candidate in (f"{name}.jsonl", f"{name}.jsonl.gz", f"{name}.ambig.jsonl.gz"):
+    for candidate in _candidates(name):
         path = Path(data_dir) / candidate
         if path.is_file():
             return path
     return None
 
 
-@lru_cache(maxsize=32)
+def source_stamp(category: str, data_dir: str | None) -> tuple | None:
+    """The stamps (`biaslab.datasets.file_stamps`) of every file `load_category` would read
+    for `category` in `data_dir` (present or not, so a file added later counts too); None for
+    the shipped data. Part of the in-process caches' keys, taken on every call: a file edited
+    between two runs of one process is read again."""
+    if data_dir is None or category not in CATEGORIES:
+        return None
+    return tuple(file_stamps.file_stamp(Path(data_dir) / c)
+                 for c in _candidates(CATEGORIES[category]))
+
+
 def load_category(category: str, data_dir: str | None = None, regen_seed: int = 0
                   ) -> tuple[dict, ...]:
     """Ambiguous-context records of one category, each with
@@ -331,6 +346,12 @@ def load_category(category: str, data_dir: str | None = None, regen_seed: int = 
         UserError: unknown category, unreadable or malformed file, or a `data_dir` that does
             not exist.
     """
+    return _load_category(category, data_dir, regen_seed, source_stamp(category, data_dir))
+
+
+@lru_cache(maxsize=32)
+def _load_category(category: str, data_dir: str | None, regen_seed: int, stamp: tuple | None
+                   ) -> tuple[dict, ...]:
     if category not in CATEGORIES:
         raise UserError(f"unknown BBQ category '{category}' (known: {', '.join(CATEGORIES)})")
     name = CATEGORIES[category]
@@ -362,12 +383,18 @@ def load_category(category: str, data_dir: str | None = None, regen_seed: int = 
     return tuple(out)
 
 
-@lru_cache(maxsize=32)
 def load_records(category: str, data_dir: str | None = None, regen_seed: int = 0
                  ) -> dict[str, dict]:
     """`load_category` keyed by item id (``<category>:<example_id>``); shared, do not mutate
     (every cell looks its source example up here)."""
-    return {example_key(category, r): r for r in load_category(category, data_dir, regen_seed)}
+    return _load_records(category, data_dir, regen_seed, source_stamp(category, data_dir))
+
+
+@lru_cache(maxsize=32)
+def _load_records(category: str, data_dir: str | None, regen_seed: int, stamp: tuple | None
+                  ) -> dict[str, dict]:
+    return {example_key(category, r): r
+            for r in _load_category(category, data_dir, regen_seed, stamp)}
 
 
 def sample_category(category: str, n: int | None, seed: int, data_dir: str | None = None,

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from biaslab.datasets import file_stamps
 from biaslab.datasets.user_files import read_user_csv
 from biaslab.errors import UserError
 
@@ -143,7 +144,8 @@ def _question_file(root: Path, condition: str, attribute: str) -> Path | None:
 
 
 @lru_cache(maxsize=8)
-def _roles(root: str) -> dict[str, tuple[str, ...]]:
+def _roles(root: str, stamp: tuple | None = None) -> dict[str, tuple[str, ...]]:
+    # `stamp`: the bank's files (`bank_stamp`), so an edited bank is read again
     out = {}
     for attribute in ATTRIBUTES:
         path = Path(root) / "roles" / f"{_FILE_STEM[attribute].capitalize()}.txt"
@@ -162,11 +164,19 @@ def _roles(root: str) -> dict[str, tuple[str, ...]]:
 
 def load_roles(bank_dir: str | Path | None = None) -> dict[str, list[str]]:
     """Attribute → its roles, in file order (50 each, 550 in all for the shipped bank)."""
-    return {a: list(r) for a, r in _roles(str(bank_path(bank_dir))).items()}
+    root = bank_path(bank_dir)
+    return {a: list(r) for a, r in _roles(str(root), bank_stamp(bank_dir)).items()}
+
+
+def bank_stamp(bank_dir: str | Path | None) -> tuple | None:
+    """The stamps (`biaslab.datasets.file_stamps`) of every file of a user's bank, taken on
+    every call (None for the shipped bank): in-process caches of a bank are keyed on it, so a
+    bank edited between two runs of one process is read again."""
+    return None if bank_dir is None else file_stamps.tree_stamp(bank_dir)
 
 
 @lru_cache(maxsize=8)
-def _questions(root: str) -> pd.DataFrame:
+def _questions(root: str, stamp: tuple | None = None) -> pd.DataFrame:
     frames = []
     for attribute in ATTRIBUTES:
         role_file = _question_file(Path(root), "role", attribute)
@@ -221,7 +231,7 @@ def load_questions(bank_dir: str | Path | None = None, *,
     Raises:
         UserError: an unreadable or malformed bank file, or an unknown attribute.
     """
-    frame = _questions(str(bank_path(bank_dir).resolve()))
+    frame = _questions(str(bank_path(bank_dir).resolve()), bank_stamp(bank_dir))
     if attributes is not None:
         unknown = [a for a in attributes if a not in ATTRIBUTES]
         if unknown:

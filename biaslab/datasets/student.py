@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from biaslab.datasets import fit_cache
+from biaslab.datasets import file_stamps, fit_cache
 from biaslab.errors import UserError
 
 if TYPE_CHECKING:  # scikit-learn is imported where a split is made or a model fitted: every
@@ -46,6 +46,7 @@ __all__ = [
     "visible_columns",
     "fit_ml_predictor",
     "ML_RANDOM_STATE",
+    "data_stamp",
 ]
 
 DATASETS = ("math", "por")
@@ -457,8 +458,19 @@ def table_digest(df: pd.DataFrame) -> str:
 # -- shared views: every cell, report and test of a dataset × seed uses one split and one model --
 # Sized for a grid of many seeds: a split and a fitted model take well under a megabyte, and a
 # cache smaller than datasets × seeds re-reads and re-fits on every cell once cells interleave.
+# Every cache below is keyed on the data file's stamp (`data_stamp`) as well as its name,
+# taken afresh on each call: a file edited between two runs of one process (a notebook) is
+# read again, split again and fitted again, as a fresh process would.
+def data_stamp(dataset: str, data_dir: str | None) -> tuple | None:
+    """The stamp (`biaslab.datasets.file_stamps`) of the file `dataset` is read from:
+    ``data_dir``'s copy, or None for the copy shipped with biaslab (which a run never edits)."""
+    if not data_dir:
+        return None
+    return file_stamps.file_stamp(Path(data_dir) / _FILES[dataset])
+
+
 @lru_cache(maxsize=8)
-def _cached_table(dataset: str, data_dir: str | None) -> pd.DataFrame:
+def _cached_table(dataset: str, data_dir: str | None, stamp: tuple | None) -> pd.DataFrame:
     path = Path(data_dir) / _FILES[dataset] if data_dir else None
     return load_student(dataset, path)
 
@@ -476,9 +488,10 @@ def _single_flight(name: str, key: tuple) -> threading.Lock:
 
 
 @lru_cache(maxsize=256)
-def _split(dataset: str, seed: int, max_test: int | None, data_dir: str | None) -> StudentSplit:
+def _split(dataset: str, seed: int, max_test: int | None, data_dir: str | None,
+           stamp: tuple | None) -> StudentSplit:
     # (split_student only reads the table, and copies the rows it keeps)
-    return split_student(_cached_table(dataset, data_dir), dataset=dataset, seed=seed,
+    return split_student(_cached_table(dataset, data_dir, stamp), dataset=dataset, seed=seed,
                          max_test=max_test)
 
 
@@ -493,42 +506,47 @@ def _plain(value):
 
 
 @lru_cache(maxsize=256)
-def _predictor(dataset: str, seed: int, max_test: int | None, data_dir: str | None
-               ) -> MLPredictor:
-    split = cached_split(dataset, seed, max_test, data_dir)
+def _predictor(dataset: str, seed: int, max_test: int | None, data_dir: str | None,
+               stamp: tuple | None) -> MLPredictor:
+    key = (dataset, seed, max_test, data_dir, stamp)
+    split = _split_once(key)
     # On disk too: a new process (a worker, `biaslab report`) loads the fit instead of paying
     # ~0.13 s of CPU per split again.
-    return fit_cache.cached_fit("student-ml", _fit_inputs(dataset, seed, max_test, data_dir),
+    return fit_cache.cached_fit("student-ml", _fit_inputs(*key),
                                 lambda: fit_ml_predictor(split),
                                 check=lambda value: isinstance(value, MLPredictor))
 
 
 @lru_cache(maxsize=8)
-def _table_digest(dataset: str, data_dir: str | None) -> str:
-    return table_digest(_cached_table(dataset, data_dir))
+def _table_digest(dataset: str, data_dir: str | None, stamp: tuple | None) -> str:
+    return table_digest(_cached_table(dataset, data_dir, stamp))
 
 
 @lru_cache(maxsize=256)
-def _fit_inputs(dataset: str, seed: int, max_test: int | None, data_dir: str | None) -> dict:
+def _fit_inputs(dataset: str, seed: int, max_test: int | None, data_dir: str | None,
+                stamp: tuple | None) -> dict:
     """`fit_inputs` of a cached split, computed once for its fit and its predictions."""
-    return fit_inputs(cached_split(dataset, seed, max_test, data_dir),
-                      _table_digest(dataset, data_dir))
+    return fit_inputs(_split_once((dataset, seed, max_test, data_dir, stamp)),
+                      _table_digest(dataset, data_dir, stamp))
+
+
+def _split_once(key: tuple) -> StudentSplit:
+    with _single_flight("split", key):
+        return _split(*key)
 
 
 def cached_split(dataset: str, seed: int, max_test: int | None = None,
                  data_dir: str | None = None) -> StudentSplit:
     """The split of `dataset` for replicate `seed` (the shipped copy, or ``data_dir``'s),
-    made once per process however many cells ask at the same time."""
-    key = (dataset, seed, max_test, data_dir)
-    with _single_flight("split", key):
-        return _split(*key)
+    made once per process and data file content however many cells ask at the same time."""
+    return _split_once((dataset, seed, max_test, data_dir, data_stamp(dataset, data_dir)))
 
 
 def cached_ml_predictor(dataset: str, seed: int, max_test: int | None = None,
                         data_dir: str | None = None) -> MLPredictor:
     """The ML predictor fitted on `cached_split`'s training rows, fitted once per process
-    however many cells ask at the same time."""
-    key = (dataset, seed, max_test, data_dir)
+    and data file content however many cells ask at the same time."""
+    key = (dataset, seed, max_test, data_dir, data_stamp(dataset, data_dir))
     with _single_flight("predictor", key):
         return _predictor(*key)
 
@@ -539,12 +557,13 @@ def cached_test_probabilities(dataset: str, seed: int, max_test: int | None = No
 
     Kept on disk beside the fit (a pure function of the fit's inputs and the test rows), so a
     new process neither loads the model nor runs it: ~15 ms of CPU per split."""
-    split = cached_split(dataset, seed, max_test, data_dir)
-    inputs = {**_fit_inputs(dataset, seed, max_test, data_dir),
-              "test_rows": rows_digest(split.test)}
+    key = (dataset, seed, max_test, data_dir, data_stamp(dataset, data_dir))
+    split = _split_once(key)
+    inputs = {**_fit_inputs(*key), "test_rows": rows_digest(split.test)}
 
     def predict() -> tuple[float, ...]:
-        predictor = cached_ml_predictor(dataset, seed, max_test, data_dir)
+        with _single_flight("predictor", key):
+            predictor = _predictor(*key)
         return tuple(float(p) for p in predictor.predict_proba(split.test))
 
     return fit_cache.cached_fit(

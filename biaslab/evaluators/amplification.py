@@ -51,6 +51,9 @@ __all__ = [
     "pooled_fbs",
     "superadditivity",
     "superadditivity_over_seeds",
+    "amplification_verdict",
+    "sum_verdict",
+    "arbitration_fbs_drop",
     "direction_asymmetry",
 ]
 
@@ -465,21 +468,46 @@ def pooled_fbs(predictions: pd.DataFrame, *, n_resamples: int = 10_000,
 # --------------------------------------------------------------------------- superadditivity
 
 
-def _verdict(ci_low: float, ci_high: float) -> str:
+def amplification_verdict(joint: float, singles: Sequence[float]) -> str:
+    """The paper's reading (§3, "Controlled agent-level bias exposures"; §5): exposing several
+    agents *amplifies* their bias when the joint FBS is above the FBS of every one of them
+    exposed alone, and *suppresses* it when the joint FBS is below the strongest single one,
+    whether or not it reaches their sum (the paper calls gemini-3's E1 .497 against .476 and
+    .228 amplification, "sub-additive").
+
+        margin = FBS(joint) − max_i FBS(single_i):  > 0 amplification, < 0 suppression
+
+    On point values (the Table 1 numbers), as the paper compares them."""
+    values = [float(v) for v in singles]
+    if not values or np.isnan(joint) or any(np.isnan(v) for v in values):
+        return "undetermined (a run has no FBS)"
+    margin = float(joint) - max(values)
+    if margin > _TOL:
+        return "amplification"
+    if margin < -_TOL:
+        return "suppression"
+    return "neither (equal to the strongest single agent)"
+
+
+def sum_verdict(ci_low: float, ci_high: float) -> str:
+    """The second reading: the joint FBS against the *sum* of the single-agent FBS, read from
+    the CI of their difference (``index_estimate``): above the sum is superadditive, below it
+    subadditive, and no verdict where the CI includes 0."""
     if np.isnan(ci_low) or np.isnan(ci_high):
         return "undetermined (CI undefined)"
     if ci_low > _TOL:
-        return "amplification"
+        return "superadditive (above the sum)"
     if ci_high < -_TOL:
-        return "suppression"
+        return "subadditive (below the sum)"
     return "no verdict (CI includes 0)"
 
 
 _SUPERADD_COLUMNS = ["dataset", "pipeline", "target", "direction", "model", "seed", "singles",
-                     "fbs_multi_table1", "fbs_singles_sum_table1",
-                     "superadditivity_paper_reading",
+                     "fbs_multi_table1", "fbs_strongest_single_table1",
+                     "margin_over_strongest_single", "verdict",
+                     "fbs_singles_sum_table1", "superadditivity_sum_reading",
                      "fbs_multi", "fbs_singles_sum", "index_estimate", "index_std",
-                     "index_ci_low", "index_ci_high", "verdict", "n", "n_dropped"]
+                     "index_ci_low", "index_ci_high", "verdict_sum", "n", "n_dropped"]
 
 
 class _SuperaddCell(NamedTuple):
@@ -567,31 +595,31 @@ def superadditivity(predictions: pd.DataFrame, *, n_resamples: int = 10_000,
     """Is a multi-agent exposure's FBS more or less than the sum of its single-agent FBSs?
 
     For each multi-agent target ``T = a+b+...`` (contains ``"+"``), direction, and each
-    (dataset, pipeline, model, seed), two readings, all runs against the same clean run:
+    (dataset, pipeline, model, seed), all runs against the same clean run:
 
-    * ``superadditivity_paper_reading`` = ``fbs_multi_table1 - fbs_singles_sum_table1``: the
-      paper's reading, each run's own Table 1 FBS (``fbs_multi_table1``; the singles' sum in
-      ``fbs_singles_sum_table1``), so each term may rest on a different set of records when
-      parse failures differ between runs. A point value, without a CI.
-    * ``index_estimate`` = ``fbs_multi - fbs_singles_sum`` on the *common rows*: the clean run,
-      the multi run and every single run are aligned on ``record_id`` (records that are parse
+    * the paper's reading, on each run's own Table 1 FBS: ``margin_over_strongest_single`` =
+      ``fbs_multi_table1 - fbs_strongest_single_table1`` (the largest single-agent FBS) and its
+      ``verdict`` (`amplification_verdict`: "amplification" above every single agent,
+      "suppression" below the strongest one). A point reading, as in the paper.
+    * the sum reading, a second one: ``superadditivity_sum_reading`` =
+      ``fbs_multi_table1 - fbs_singles_sum_table1`` (point values, each term possibly on a
+      different set of records when parse failures differ between runs), and
+      ``index_estimate`` = ``fbs_multi - fbs_singles_sum`` on the *common rows*: the clean run,
+      the multi run and every single run aligned on ``record_id`` (records that are parse
       failures in any of them dropped, counted in ``n_dropped``) and resampled together by a
-      paired bootstrap (``index_std``, ``index_ci_low``, ``index_ci_high``). This is the one to
-      test: its CI gives the ``verdict``.
-
-    With no parse failures the two readings are equal.
+      paired bootstrap (``index_std``, ``index_ci_low``, ``index_ci_high``), whose CI gives
+      ``verdict_sum`` (`sum_verdict`). Without parse failures the two sum values are equal.
 
     Returns:
-        One row per such cell, with the columns above, ``singles``, ``verdict``
-        (``"amplification"`` if the CI lies above 0, ``"suppression"`` if below, else
-        ``"no verdict (CI includes 0)"``) and ``n`` (common rows). Cells with a missing clean
-        or single-agent run are skipped.
+        One row per such cell, with the columns above, ``singles`` and ``n`` (common rows).
+        Cells with a missing clean or single-agent run are skipped.
     """
     rows: list[dict[str, Any]] = []
     for cell in _superadd_cells(predictions):
         favored = cell.favored
         t1_multi = _table1_fbs(cell.clean, cell.multi, favored)
-        t1_sum = float(sum(_table1_fbs(cell.clean, r, favored) for r in cell.single_runs))
+        t1_singles = [_table1_fbs(cell.clean, r, favored) for r in cell.single_runs]
+        t1_sum = float(sum(t1_singles))
         common = _common_rows(cell)
         est = std = lo = hi = np.nan
         if common.n:
@@ -607,20 +635,29 @@ def superadditivity(predictions: pd.DataFrame, *, n_resamples: int = 10_000,
             except ValueError:  # too few items for a bootstrap distribution
                 pass
         rows.append({**cell.key, "singles": "+".join(cell.singles),
-                     "fbs_multi_table1": t1_multi, "fbs_singles_sum_table1": t1_sum,
-                     "superadditivity_paper_reading": t1_multi - t1_sum,
+                     **_paper_reading(t1_multi, t1_singles),
+                     "fbs_singles_sum_table1": t1_sum,
+                     "superadditivity_sum_reading": t1_multi - t1_sum,
                      "fbs_multi": common.fbs_multi,
                      "fbs_singles_sum": common.fbs_singles_sum,
                      "index_estimate": float(est), "index_std": std, "index_ci_low": lo,
-                     "index_ci_high": hi, "verdict": _verdict(lo, hi), "n": common.n,
+                     "index_ci_high": hi, "verdict_sum": sum_verdict(lo, hi), "n": common.n,
                      "n_dropped": common.n_dropped})
     return pd.DataFrame(rows, columns=_SUPERADD_COLUMNS)
 
 
+def _paper_reading(joint: float, singles: Sequence[float]) -> dict[str, Any]:
+    strongest = max(singles) if singles and not any(np.isnan(v) for v in singles) else np.nan
+    return {"fbs_multi_table1": joint, "fbs_strongest_single_table1": float(strongest),
+            "margin_over_strongest_single": float(joint - strongest),
+            "verdict": amplification_verdict(joint, singles)}
+
+
 _SUPERADD_POOLED_COLUMNS = AGGREGATE_KEYS + [
-    "singles", "fbs_multi_table1", "fbs_singles_sum_table1", "superadditivity_paper_reading",
-    "index_estimate", "index_std", "index_ci_low", "index_ci_high", "verdict", "n_seeds", "n",
-    "n_dropped"]
+    "singles", "fbs_multi_table1", "fbs_strongest_single_table1",
+    "margin_over_strongest_single", "verdict", "fbs_singles_sum_table1",
+    "superadditivity_sum_reading", "index_estimate", "index_std", "index_ci_low",
+    "index_ci_high", "verdict_sum", "n_seeds", "n", "n_dropped"]
 
 
 def superadditivity_over_seeds(predictions: pd.DataFrame, *, n_resamples: int = 10_000,
@@ -630,14 +667,18 @@ def superadditivity_over_seeds(predictions: pd.DataFrame, *, n_resamples: int = 
 
     For each (dataset, pipeline, multi-agent target, direction, model):
 
-    * ``superadditivity_paper_reading`` = the multi-agent Table 1 FBS (``fbs_multi_table1``,
-      seed-mean of the run's own FBS) minus the sum of the single-agent Table 1 FBSs
-      (``fbs_singles_sum_table1``): the numbers printed in Table 1, subtracted (identical when
-      every seed has all its runs; otherwise only the seeds used here enter the means).
+    * the paper's reading: the multi-agent Table 1 FBS (``fbs_multi_table1``, seed-mean of the
+      run's own FBS) against the largest seed-mean single-agent FBS
+      (``fbs_strongest_single_table1``): ``margin_over_strongest_single`` and ``verdict``
+      (`amplification_verdict`).
+    * ``superadditivity_sum_reading`` = ``fbs_multi_table1`` minus the sum of the single-agent
+      Table 1 FBSs (``fbs_singles_sum_table1``): the numbers printed in Table 1, subtracted
+      (identical when every seed has all its runs; otherwise only the seeds used here enter
+      the means).
     * ``index_estimate`` = mean over seeds of the common-rows index, with a stratified paired
       bootstrap: each resample draws records with replacement within every seed (all runs of a
       record together) and averages the seeds' indexes, as :func:`pooled_fbs` does for FBS.
-      ``verdict`` reads its CI.
+      ``verdict_sum`` reads its CI.
 
     Only seeds where the clean run and every single-agent run exist are used (``n_seeds``);
     ``n`` and ``n_dropped`` are summed over them.
@@ -656,8 +697,9 @@ def superadditivity_over_seeds(predictions: pd.DataFrame, *, n_resamples: int = 
             warnings.simplefilter("ignore", RuntimeWarning)
             t1_multi = float(np.nanmean([_table1_fbs(c.clean, c.multi, favored)
                                          for c in cells]))
-            t1_sum = float(sum(np.nanmean([_table1_fbs(c.clean, c.single_runs[i], favored)
-                                           for c in cells]) for i in range(n_singles)))
+            t1_singles = [float(np.nanmean([_table1_fbs(c.clean, c.single_runs[i], favored)
+                                            for c in cells])) for i in range(n_singles)]
+            t1_sum = float(sum(t1_singles))
         estimates, draws, n_tot, drop_tot = [], [], 0, 0
         for cell in cells:
             common = _common_rows(cell)
@@ -679,12 +721,95 @@ def superadditivity_over_seeds(predictions: pd.DataFrame, *, n_resamples: int = 
                 lo, hi = (float(np.quantile(pooled, alpha)),
                           float(np.quantile(pooled, 1 - alpha)))
         rows.append({**_key_dict(AGGREGATE_KEYS, key), "singles": "+".join(cells[0].singles),
-                     "fbs_multi_table1": t1_multi, "fbs_singles_sum_table1": t1_sum,
-                     "superadditivity_paper_reading": t1_multi - t1_sum,
+                     **_paper_reading(t1_multi, t1_singles),
+                     "fbs_singles_sum_table1": t1_sum,
+                     "superadditivity_sum_reading": t1_multi - t1_sum,
                      "index_estimate": est, "index_std": std, "index_ci_low": lo,
-                     "index_ci_high": hi, "verdict": _verdict(lo, hi),
+                     "index_ci_high": hi, "verdict_sum": sum_verdict(lo, hi),
                      "n_seeds": len(estimates), "n": n_tot, "n_dropped": drop_tot})
     return pd.DataFrame(rows, columns=_SUPERADD_POOLED_COLUMNS)
+
+
+# --------------------------------------------------------------------------- E2 vs E1: ML arbitration
+
+ARBITRATION_COLUMNS = ["dataset", "target", "direction", "model", "reference", "mitigated",
+                       "fbs_reference", "fbs_mitigated", "fbs_drop", "fbs_drop_std",
+                       "fbs_drop_ci_low", "fbs_drop_ci_high", "drop_share", "n_seeds", "n",
+                       "n_dropped"]
+
+
+def arbitration_fbs_drop(predictions: pd.DataFrame, *, reference: str = "E1",
+                         mitigated: str = "E2", n_resamples: int = 10_000,
+                         confidence: float = 0.95, random_state: int = 0) -> pd.DataFrame:
+    """The ML predictor and judge of E2 as a mitigation of E1 (paper §5, "ML-grounded
+    arbitration is effective but seems fragile"): how much FBS falls when the same agents are
+    exposed in the same direction, with the arbitration added.
+
+        fbs_drop = FBS_E1 − FBS_E2,   drop_share = fbs_drop / FBS_E1
+
+    Per seed, on the test records valid in all four runs (E1 clean and exposed, E2 clean and
+    exposed; the others dropped and counted in ``n_dropped``). FBS is linear in the
+    per-record ``d = clean − exposed`` given the records' sex, so the drop is the FBS of
+    ``d_E1 − d_E2`` and a paired bootstrap resamples each record's four predictions together.
+    Over seeds: the mean of the seeds' values, with records resampled within each seed
+    (`pooled_fbs`'s scheme). Targets exposed in only one of the two pipelines (the judge) have
+    no row. The per-record view of the same comparison is ``mitigation_effects.csv``.
+    """
+    _check_columns(predictions, _REQUIRED, "predictions frame")
+    runs = {key: df for key, df in predictions.groupby(CONDITION_KEYS, sort=True, dropna=False)}
+    clean = {}
+    for key, df in runs.items():
+        k = _key_dict(CONDITION_KEYS, key)
+        if k["target"] == CLEAN:
+            clean[tuple(k[c] for c in _BASELINE_KEYS)] = df
+    # (dataset, target, direction, model) -> per seed: (d_ref, d_mit, sex, favored, n, dropped)
+    groups: dict[tuple, list[tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int]]] = {}
+    rng = np.random.default_rng(random_state)
+    alpha = (1 - confidence) / 2
+    for key, exposed_ref in runs.items():
+        k = _key_dict(CONDITION_KEYS, key)
+        favored = DIRECTION_FAVORED.get(k["direction"])
+        if k["pipeline"] != reference or k["target"] == CLEAN or favored is None:
+            continue
+        exposed_mit = runs.get(tuple(mitigated if c == "pipeline" else k[c]
+                                     for c in CONDITION_KEYS))
+        base = {p: clean.get(tuple(p if c == "pipeline" else k[c] for c in _BASELINE_KEYS))
+                for p in (reference, mitigated)}
+        if exposed_mit is None or base[reference] is None or base[mitigated] is None:
+            continue
+        (c1, e1, c2, e2), sex, n, dropped = _align([base[reference], exposed_ref,
+                                                    base[mitigated], exposed_mit])
+        group = (k["dataset"], k["target"], k["direction"], k["model"])
+        groups.setdefault(group, []).append(
+            ((c1 - e1).astype(float), (c2 - e2).astype(float), sex, favored, n, dropped))
+    rows = []
+    for group in sorted(groups, key=lambda t: tuple(map(str, t))):
+        seeds = [s for s in groups[group] if s[4]]
+        ref_fbs = [_fbs_parts(d1, sx, f)[0] for d1, _, sx, f, _, _ in seeds]
+        mit_fbs = [_fbs_parts(d2, sx, f)[0] for _, d2, sx, f, _, _ in seeds]
+        drop = std = lo = hi = np.nan
+        if seeds:
+            drop = float(np.mean(ref_fbs) - np.mean(mit_fbs))
+            draws = [_bootstrap_draws(d1 - d2, sx, f, rng, n_resamples)
+                     for d1, d2, sx, f, _, _ in seeds]
+            with warnings.catch_warnings():  # a resample with an empty group is NaN: dropped
+                warnings.simplefilter("ignore", RuntimeWarning)
+                pooled = np.nanmean(np.vstack(draws), axis=0)
+            pooled = pooled[np.isfinite(pooled)]
+            if pooled.size > 1:
+                std = float(np.std(pooled, ddof=1))
+                lo, hi = float(np.quantile(pooled, alpha)), float(np.quantile(pooled, 1 - alpha))
+        fbs_ref = float(np.mean(ref_fbs)) if seeds else np.nan
+        rows.append({**dict(zip(["dataset", "target", "direction", "model"], group)),
+                     "reference": reference, "mitigated": mitigated,
+                     "fbs_reference": fbs_ref,
+                     "fbs_mitigated": float(np.mean(mit_fbs)) if seeds else np.nan,
+                     "fbs_drop": drop, "fbs_drop_std": std, "fbs_drop_ci_low": lo,
+                     "fbs_drop_ci_high": hi,
+                     "drop_share": drop / fbs_ref if seeds and abs(fbs_ref) > _TOL else np.nan,
+                     "n_seeds": len(seeds), "n": sum(s[4] for s in groups[group]),
+                     "n_dropped": sum(s[5] for s in groups[group])})
+    return pd.DataFrame(rows, columns=ARBITRATION_COLUMNS)
 
 
 # --------------------------------------------------------------------------- direction asymmetry

@@ -70,14 +70,15 @@ class AmplificationState(TypedDict, total=False):
 
 
 # -- data (cached: every cell of a dataset × seed shares one split and one fitted model) ------
+# The views below are keyed on the split object itself (compared by identity): `cached_split`
+# hands out a new split when the data file changes (see `student.data_stamp`), so an edited
+# file never meets the record lines or statistics of its old content.
 def split_for(ctx: CellContext) -> student.StudentSplit:
     return student.cached_split(*_key(ctx))
 
 
 @lru_cache(maxsize=256)
-def _record_lines(dataset: str, seed: int, max_test: int | None, data_dir: str | None
-                  ) -> tuple[str, ...]:
-    split = student.cached_split(dataset, seed, max_test, data_dir)
+def _record_lines(split: student.StudentSplit) -> tuple[str, ...]:
     test = split.test
     by_column = [test[c].tolist() for c in test.columns]  # iterrows builds a Series per row
     rows = (dict(zip(test.columns, values)) for values in zip(*by_column))
@@ -85,22 +86,19 @@ def _record_lines(dataset: str, seed: int, max_test: int | None, data_dir: str |
 
 
 @lru_cache(maxsize=256)
-def _batch_tables(dataset: str, seed: int, max_test: int | None, data_dir: str | None,
-                  size: int) -> tuple[str, ...]:
+def _batch_tables(split: student.StudentSplit, size: int) -> tuple[str, ...]:
     """The prediction prompts' record tables, one per batch, rendered once per split."""
-    split = student.cached_split(dataset, seed, max_test, data_dir)
     return tuple(student.records_table(split.test.iloc[start:start + size], split.feature_columns)
                  for start in range(0, len(split.test), size))
 
 
 @lru_cache(maxsize=256)
-def _statistics(dataset: str, seed: int, max_test: int | None, data_dir: str | None) -> str:
-    split = student.cached_split(dataset, seed, max_test, data_dir)
+def _statistics(split: student.StudentSplit) -> str:
     return student.summary_text(student.training_summary(split))
 
 
 def _key(ctx: CellContext) -> tuple:
-    """What the cached data views depend on: dataset, seed, subset size and data location."""
+    """Where a cell's data comes from: dataset, seed, subset size and data location."""
     opts: AmplificationOptions = ctx.options
     return ctx.coords["item"], ctx.seed, opts.max_test, opts.data_dir
 
@@ -117,7 +115,7 @@ EXPECTED_DISAGREEMENT = 0.2
 @llm_agent("explanation", prompt=EXPLANATION_PROMPT, offers=("statistics",), max_tokens=240)
 async def explanation(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
     ctx = runtime.context
-    stats = _statistics(*_key(ctx))
+    stats = _statistics(split_for(ctx))
     answer = await ask(ctx, "explanation", {"statistics": stats}, prompt=EXPLANATION_PROMPT,
                        parser=text_answer, max_tokens=240)
     if not answer.ok:  # predictions must never run without the explanation they depend on
@@ -144,7 +142,7 @@ async def predict_batches(state: AmplificationState, ctx: CellContext, prompt: s
     opts: AmplificationOptions = ctx.options
     split = split_for(ctx)
     size = opts.batch_size
-    tables = _batch_tables(*_key(ctx), size)
+    tables = _batch_tables(split, size)
 
     async def one_batch(start: int) -> list[float | None]:
         n = min(size, len(split.test) - start)
@@ -161,7 +159,9 @@ async def predict_batches(state: AmplificationState, ctx: CellContext, prompt: s
 
 
 async def ml(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
-    return {"p_ml": list(await _ml_once(_key(runtime.context)))}
+    key = _key(runtime.context)
+    dataset, _, _, data_dir = key
+    return {"p_ml": list(await _ml_once((*key, student.data_stamp(dataset, data_dir))))}
 
 
 _P_ML: dict[tuple, tuple[float, ...]] = {}
@@ -169,7 +169,7 @@ _P_ML_PENDING: dict[tuple, asyncio.Task] = {}
 
 
 async def _ml_once(key: tuple) -> tuple[float, ...]:
-    """The split's ML probabilities (P(fail) per test record; the predictor's accuracy and AUC
+    """`key`: `_key` and the data file's stamp, so an edited file is predicted again. The split's ML probabilities (P(fail) per test record; the predictor's accuracy and AUC
     are reported once per dataset and seed in ml_anchor.csv), computed once off the event
     loop: the cells of a split run at once, and each one computing them (predict_proba: ~20 ms
     of CPU) cost a fresh E2 run 15 times the work it needs. Later cells of that split await
@@ -180,7 +180,7 @@ async def _ml_once(key: tuple) -> tuple[float, ...]:
     loop = asyncio.get_running_loop()
     task = _P_ML_PENDING.get(key)
     if task is None or task.get_loop() is not loop:  # (a task of an earlier run's loop)
-        task = loop.create_task(asyncio.to_thread(student.cached_test_probabilities, *key))
+        task = loop.create_task(asyncio.to_thread(student.cached_test_probabilities, *key[:4]))
         _P_ML_PENDING[key] = task
     try:
         result = await asyncio.shield(task)  # one cancelled cell must not cancel the others
@@ -225,7 +225,7 @@ FINAL_GRAMMAR = OutputConstraint(grammar=(
            max_tokens=12)
 async def judge(state: AmplificationState, runtime: Runtime[CellContext]) -> dict:
     ctx = runtime.context
-    lines = _record_lines(*_key(ctx))
+    lines = _record_lines(split_for(ctx))
 
     async def one(i: int) -> tuple[str, float | None]:
         slots = {"record": lines[i], "explanation": state.get("explanation") or "",
@@ -380,9 +380,16 @@ class Amplification(Protocol):
               "FBS with a stratified paired-bootstrap 95% CI.", link_columns=link),
             S("Superadditivity", ("tables/superadditivity.csv",
                                   "tables/superadditivity_over_seeds.csv"),
-              how_to_read="Multi-agent FBS minus the sum of the single-agent FBS: the paper's "
-              "point reading and index_estimate on common records with a 95% CI; a verdict is "
-              "given only where the CI excludes 0.", link_columns=link),
+              how_to_read="The paper's reading: the multi-agent FBS against the strongest "
+              "single agent's (verdict: amplification above every single agent, suppression "
+              "below the strongest). Beside it the sum reading: multi-agent FBS minus the sum of "
+              "the single-agent FBS, as a point value and as index_estimate on common records "
+              "with a 95% CI (verdict_sum only where the CI excludes 0).", link_columns=link),
+            S("ML arbitration as a mitigation (E2 vs E1)", ("tables/ml_arbitration_fbs.csv",),
+              how_to_read="FBS of the same exposure in E1 and in E2, and its drop with a paired "
+              "bootstrap 95% CI over test records (drop_share = drop / E1 FBS). The per-record "
+              "view of the same comparison is mitigation_effects.csv (variant 'E2 vs E1').",
+              link_columns=link),
             S("E2 routing and direction asymmetry", ("tables/routing.csv",
                                                      "tables/direction_asymmetry.csv"),
               how_to_read="Routing: how often the LLM and the ML model disagree and the judge "

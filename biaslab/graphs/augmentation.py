@@ -128,7 +128,9 @@ class AugmentationState(TypedDict, total=False):
 # -- data views --------------------------------------------------------------------------------
 @lru_cache(maxsize=16)
 def _items(categories: tuple[str, ...], sizes: tuple[tuple[str, int], ...], cap: int | None,
-           seed: int, data_dir: str | None, regen_seed: int) -> tuple[str, ...]:
+           seed: int, data_dir: str | None, regen_seed: int, stamps: tuple
+           ) -> tuple[str, ...]:
+    # `stamps`: the data files' (bbq.source_stamp), so an edited file is sampled again
     sizes_map = dict(sizes)
     out: list[str] = []
     for category in categories:
@@ -145,7 +147,8 @@ def items_for(options: AugmentationOptions) -> tuple[str, ...]:
                         f"{', '.join(bbq.CATEGORIES)})")
     return _items(tuple(options.categories), tuple(sorted(options.sample_sizes.items())),
                   options.max_per_category, options.sample_seed, options.data_dir,
-                  options.regen_seed)
+                  options.regen_seed, tuple(bbq.source_stamp(c, options.data_dir)
+                                            for c in options.categories))
 
 
 def record_for(item: str, options: AugmentationOptions) -> dict:

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from biaslab.agents.ask import ask
 from biaslab.agents.context import CellContext
 from biaslab.agents.parsers import OutputConstraint, ParseError, json_object, label_with_reason
-from biaslab.datasets import stereotypes
+from biaslab.datasets import file_stamps, stereotypes
 from biaslab.errors import UserError
 from biaslab.evaluators import multiturn as mt_metrics
 from biaslab.graphs.compose import add_turn_loop, text_answer
@@ -174,10 +174,11 @@ def parse_variant(variant: str) -> dict[str, Any]:
 
 @lru_cache(maxsize=8)
 def _seed_table(seeds_path: str | None, fairmt_seeds_from: str | None, shipped: str,
-                per_category: int, categories: tuple[str, ...], sample_seed: int
-                ) -> pd.DataFrame:
+                per_category: int, categories: tuple[str, ...], sample_seed: int,
+                stamp: tuple | None = None) -> pd.DataFrame:
+    # `stamp`: the seed files' (file_stamps.tree_stamp), so an edited file is read again
     if seeds_path is None and fairmt_seeds_from is not None:
-        seeds = stereotypes.fairmt_seeds(list(_fairmt(fairmt_seeds_from)))
+        seeds = stereotypes.fairmt_seeds(list(_fairmt_copy(fairmt_seeds_from)))
     else:
         seeds = stereotypes.load_seeds(seeds_path, source=shipped)
     return stereotypes.sample_seeds(seeds, per_category=per_category, categories=categories,
@@ -194,11 +195,12 @@ def seed_table(options: MultiturnOptions) -> pd.DataFrame:
     return _seed_table(options.seeds_path, fairmt_from if source == "fairmt" else None,
                        source if source in stereotypes.SEED_SOURCES else "crows_pairs",
                        options.seeds_per_category, tuple(options.categories),
-                       options.sample_seed)
+                       options.sample_seed, (file_stamps.tree_stamp(options.seeds_path),
+                                             file_stamps.tree_stamp(fairmt_from)))
 
 
 def _fairmt_task(opts: MultiturnOptions, task: str) -> list[stereotypes.FairMTDialogue]:
-    return [d for d in _fairmt(opts.fairmt_path) if d.task == _FAIRMT_TASK[task]]
+    return [d for d in _fairmt_copy(opts.fairmt_path) if d.task == _FAIRMT_TASK[task]]
 
 
 def check_fairmt(opts: MultiturnOptions) -> None:
@@ -229,8 +231,13 @@ def static_length(opts: MultiturnOptions, task: str) -> int:
     return min(length, opts.script_turns) if opts.script_turns else length
 
 
+def _fairmt_copy(path: str) -> tuple[stereotypes.FairMTDialogue, ...]:
+    """The user's FairMT copy, read once per process and content of its files."""
+    return _fairmt(path, file_stamps.tree_stamp(path))
+
+
 @lru_cache(maxsize=4)
-def _fairmt(path: str) -> tuple[stereotypes.FairMTDialogue, ...]:
+def _fairmt(path: str, stamp: tuple | None) -> tuple[stereotypes.FairMTDialogue, ...]:
     return tuple(stereotypes.load_fairmt(path))
 
 
@@ -667,7 +674,7 @@ class Multiturn(Protocol):
                       options: MultiturnOptions) -> dict:
         row = seed_table(options).loc[item]
         if options.fairmt_path and "static" in options.baselines:
-            _fairmt(options.fairmt_path)  # a malformed copy fails before any model call
+            _fairmt_copy(options.fairmt_path)  # a malformed copy fails before any model call
         return {"seed_id": item, "category": row["category"], "group": row["group"],
                 "stereotype": row["stereotype"], "turn": 0}
 

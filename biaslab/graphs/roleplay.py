@@ -124,7 +124,9 @@ class RoleplayState(TypedDict, total=False):
 @lru_cache(maxsize=8)
 def _chunks(bank_dir: str | None, attributes: tuple[str, ...], types: tuple[str, ...],
             per_stratum: int | None, sample_seed: int, chunk_size: int,
-            drop_placeholders: bool = False) -> dict[str, tuple[dict[str, Any], ...]]:
+            drop_placeholders: bool = False, stamp: tuple | None = None
+            ) -> dict[str, tuple[dict[str, Any], ...]]:
+    # `stamp`: the bank's files (biaslens.bank_stamp), so an edited bank is sampled again
     frame = biaslens.load_questions(bank_dir, attributes=attributes)
     frame = frame[frame["type"].isin(types)]
     if drop_placeholders:
@@ -156,7 +158,7 @@ def chunks_for(options: RoleplayOptions) -> dict[str, tuple[dict[str, Any], ...]
     """Item id (``<attribute>.<type>.<chunk>``) → the questions of that cell."""
     return _chunks(options.bank_dir, tuple(options.attributes), tuple(options.types),
                    options.per_stratum, options.sample_seed, options.chunk_size,
-                   options.drop_placeholders)
+                   options.drop_placeholders, biaslens.bank_stamp(options.bank_dir))
 
 
 def _options(ctx: CellContext) -> RoleplayOptions:

@@ -11,6 +11,8 @@ import pytest
 from biaslab.evaluators.amplification import (
     FBS,
     aggregate_over_seeds,
+    amplification_verdict,
+    arbitration_fbs_drop,
     condition_metrics,
     direction_asymmetry,
     favor_bias_strength,
@@ -18,6 +20,7 @@ from biaslab.evaluators.amplification import (
     fbs_bootstrap,
     superadditivity,
     superadditivity_over_seeds,
+    sum_verdict,
 )
 from biaslab.experiments.reports.amplification import (
     format_fbs,
@@ -288,12 +291,14 @@ def test_superadditivity_additive_and_amplification(synth):
     r1 = sa.loc[sa["model"] == "m1"].iloc[0]
     assert r1["index_estimate"] == pytest.approx(0.0, abs=1e-12)
     assert r1["index_std"] == pytest.approx(0.0, abs=1e-12)
-    assert r1["verdict"] == "no verdict (CI includes 0)"
+    assert r1["verdict_sum"] == "no verdict (CI includes 0)"
+    assert r1["verdict"] == "amplification"  # above each single agent, equal to their sum
     assert r1["fbs_multi"] == pytest.approx(r1["fbs_singles_sum"])
     r2 = sa.loc[sa["model"] == "m2"].iloc[0]
     n_f = (sex == 0).sum()
     assert r2["index_estimate"] == pytest.approx(len(c) / n_f)
     assert r2["index_ci_low"] > 0
+    assert r2["verdict_sum"] == "superadditive (above the sum)"
     assert r2["verdict"] == "amplification"
 
 
@@ -311,7 +316,8 @@ def test_superadditivity_suppression(synth):
     ]
     row = superadditivity(pd.concat(runs), n_resamples=N_BOOT).iloc[0]
     assert row["index_estimate"] < 0 and row["index_ci_high"] < 0
-    assert row["verdict"] == "suppression"
+    assert row["verdict_sum"] == "subadditive (below the sum)"
+    assert row["verdict"] == "suppression"  # the clean predictions: below both single agents
 
 
 # Hand case for the two readings: 4 F (0-3), 4 M (4-7), pro_female (favored F).
@@ -320,7 +326,7 @@ def test_superadditivity_suppression(synth):
 #   prediction   1 0 1 0 | 1 1 0 0   FBS = 1/4 + (2-1)/4   = 0.50
 #   multi        0 0 0 0 | 1 1 1 0   FBS = 3/4 + (3-1)/4   = 1.25  -> both readings 0.5
 # With record 2 a parse failure in the multi run (seed 0 below), Table 1's multi FBS uses the
-# other 7 records: 2/3 + 2/4 = 7/6, so the paper's reading is 7/6 - 3/4 = 5/12. On the common
+# other 7 records: 2/3 + 2/4 = 7/6, so the sum reading is 7/6 - 3/4 = 5/12. On the common
 # 7 rows the singles are 1/3 and 1/3 + 1/4, so the common-rows index is 7/6 - 11/12 = 1/4.
 HAND_SEX = [0, 0, 0, 0, 1, 1, 1, 1]
 HAND_Y = [1, 0, 1, 0, 1, 0, 1, 0]
@@ -338,15 +344,15 @@ def _hand_runs(seed, multi_parse_fail=()):
     return runs
 
 
-def test_superadditivity_paper_reading_hand_case():
+def test_superadditivity_sum_reading_hand_case():
     preds = pd.concat(_hand_runs(0, multi_parse_fail=[2]) + _hand_runs(1))
     sa = superadditivity(preds, n_resamples=N_BOOT).set_index("seed")
     s0, s1 = sa.loc[0], sa.loc[1]
-    assert s1["superadditivity_paper_reading"] == pytest.approx(0.5)
+    assert s1["superadditivity_sum_reading"] == pytest.approx(0.5)
     assert s1["index_estimate"] == pytest.approx(0.5)  # no parse failure: readings agree
     assert s0["fbs_multi_table1"] == pytest.approx(7 / 6)
     assert s0["fbs_singles_sum_table1"] == pytest.approx(0.75)
-    assert s0["superadditivity_paper_reading"] == pytest.approx(5 / 12)
+    assert s0["superadditivity_sum_reading"] == pytest.approx(5 / 12)
     assert s0["fbs_singles_sum"] == pytest.approx(11 / 12)
     assert s0["index_estimate"] == pytest.approx(1 / 4)
     assert (s0["n"], s0["n_dropped"]) == (7, 1)
@@ -357,14 +363,17 @@ def test_superadditivity_paper_reading_hand_case():
     row = pooled.iloc[0]
     assert row["target"] == "explanation+prediction" and row["singles"] == "explanation+prediction"
     assert row["fbs_multi_table1"] == pytest.approx((7 / 6 + 5 / 4) / 2)
-    assert row["superadditivity_paper_reading"] == pytest.approx(11 / 24)
+    assert row["superadditivity_sum_reading"] == pytest.approx(11 / 24)
     assert row["index_estimate"] == pytest.approx((1 / 4 + 1 / 2) / 2)
     assert (row["n_seeds"], row["n"], row["n_dropped"]) == (2, 15, 1)
-    # the paper's reading is Table 1's own numbers subtracted
+    # the sum reading and the paper's both use Table 1's own numbers
     agg = aggregate_over_seeds(condition_metrics(preds, n_resamples=N_BOOT)).set_index("target")
     t1 = agg["fbs"]
-    assert row["superadditivity_paper_reading"] == pytest.approx(
+    assert row["superadditivity_sum_reading"] == pytest.approx(
         t1["explanation+prediction"] - t1["explanation"] - t1["prediction"])
+    assert row["margin_over_strongest_single"] == pytest.approx(
+        t1["explanation+prediction"] - max(t1["explanation"], t1["prediction"]))
+    assert row["verdict"] == "amplification"
 
 
 def test_superadditivity_over_seeds_ci(synth):
@@ -382,7 +391,7 @@ def test_superadditivity_over_seeds_ci(synth):
     pooled = superadditivity_over_seeds(preds, n_resamples=2000).iloc[0]
     n_f = (sex == 0).sum()
     assert pooled["index_estimate"] == pytest.approx(len(c) / n_f / 2)
-    assert pooled["superadditivity_paper_reading"] == pytest.approx(pooled["index_estimate"])
+    assert pooled["superadditivity_sum_reading"] == pytest.approx(pooled["index_estimate"])
     # seed 2 is exactly additive (zero variance), so the pooled std is half of seed 1's
     assert per_seed.loc[2, "index_std"] == pytest.approx(0.0, abs=1e-12)
     assert pooled["index_std"] == pytest.approx(per_seed.loc[1, "index_std"] / 2, rel=0.1)
@@ -525,3 +534,100 @@ def test_pooled_fbs_is_zero_without_change(synth):
     sex, y, clean = synth
     row = pooled_fbs(_seed_runs(sex, y, clean, [(0, 0), (1, 0)]), n_resamples=500).iloc[0]
     assert row["fbs_pooled"] == 0 and row["fbs_pooled_std"] == 0
+
+
+# --------------------------------------------------------------------------- the paper's verdict
+
+
+def test_the_papers_own_numbers_read_as_the_paper_reads_them():
+    # §5, gemini-3 on Math: E1 both agents .497 against prediction .476 and explanation .228:
+    # above every single agent, so amplification, though below their sum (.704).
+    assert amplification_verdict(0.497, [0.476, 0.228]) == "amplification"
+    assert 0.497 - (0.476 + 0.228) < 0
+    # E2, all agents .366 against .077, .103 and .008 (sum .188): amplification either way.
+    assert amplification_verdict(0.366, [0.077, 0.103, 0.008]) == "amplification"
+    # A joint FBS below the strongest single agent is suppression, even above the others.
+    assert amplification_verdict(0.30, [0.476, 0.228]) == "suppression"
+    assert amplification_verdict(0.476, [0.476, 0.228]).startswith("neither")
+    assert amplification_verdict(float("nan"), [0.1]).startswith("undetermined")
+    assert sum_verdict(0.01, 0.2) == "superadditive (above the sum)"
+    assert sum_verdict(-0.2, -0.01) == "subadditive (below the sum)"
+    assert sum_verdict(-0.2, 0.2) == "no verdict (CI includes 0)"
+
+
+# A dozen records, the paper's E1 pattern: 6 F (0-5), 6 M (6-11), pro_female (favored F).
+#   clean        1 1 1 1 0 0 | 1 0 0 0 0 0   b_F = 4/6, b_M = 1/6
+#   prediction   0 0 1 1 0 0 | 1 1 0 0 0 0   FBS = (4-2)/6 + (2-1)/6 = 3/6
+#   explanation  0 0 1 1 0 0 | 1 0 0 0 0 0   FBS = (4-2)/6 + 0       = 2/6
+#   both         0 0 0 1 0 0 | 1 1 0 0 0 0   FBS = (4-1)/6 + (2-1)/6 = 4/6
+# Joint 4/6 is above the strongest single agent (3/6): amplification, margin 1/6; it is below
+# their sum 5/6: the sum reading is -1/6.
+DOZEN_SEX = [0] * 6 + [1] * 6
+DOZEN_Y = [1, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0]
+DOZEN = {"none": [1, 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0],
+         "prediction": [0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0],
+         "explanation": [0, 0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0],
+         "explanation+prediction": [0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 0, 0]}
+
+
+def _dozen(pipeline="E1", preds=DOZEN, seed=0):
+    return [make_run(np.array(p), sex=DOZEN_SEX, y_true=DOZEN_Y, pipeline=pipeline, seed=seed,
+                     target=t, direction="none" if t == "none" else "pro_female")
+            for t, p in preds.items()]
+
+
+def test_superadditivity_worked_example_gives_the_papers_verdict():
+    row = superadditivity(pd.concat(_dozen()), n_resamples=N_BOOT).iloc[0]
+    assert row["fbs_multi_table1"] == pytest.approx(4 / 6)
+    assert row["fbs_strongest_single_table1"] == pytest.approx(3 / 6)
+    assert row["margin_over_strongest_single"] == pytest.approx(1 / 6)
+    assert row["verdict"] == "amplification"
+    assert row["fbs_singles_sum_table1"] == pytest.approx(5 / 6)
+    assert row["superadditivity_sum_reading"] == pytest.approx(-1 / 6)
+    assert row["index_estimate"] == pytest.approx(-1 / 6)
+    assert row["index_ci_low"] <= -1 / 6 <= row["index_ci_high"]
+    assert row["verdict_sum"] != "amplification" and "suppression" not in row["verdict_sum"]
+
+
+# E2 vs E1 as a mitigation, on the same dozen: E1 as above (prediction exposed: FBS 3/6);
+#   E2 clean     1 1 1 0 0 0 | 1 0 0 0 0 0
+#   E2 exposed   1 1 0 0 0 0 | 1 0 0 0 0 0   FBS = 1/6 + 0 = 1/6
+# The drop is 3/6 - 1/6 = 1/3, two thirds of E1's FBS. Record by record, d = clean - exposed
+# is (1,1,0,0,0,0 | 0,-1,0,...) in E1 and (0,0,1,0,0,0 | 0,...) in E2.
+E2_DOZEN = {"none": [1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0],
+            "prediction": [1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0],
+            "judge": [1, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0]}
+
+
+def test_arbitration_fbs_drop_worked_example():
+    e1 = {t: DOZEN[t] for t in ("none", "prediction")}
+    frame = pd.concat(_dozen("E1", e1) + _dozen("E2", E2_DOZEN))
+    drop = arbitration_fbs_drop(frame, n_resamples=N_BOOT)
+    assert list(drop["target"]) == ["prediction"]  # the judge is exposed in E2 only
+    row = drop.iloc[0]
+    assert row["fbs_reference"] == pytest.approx(3 / 6)
+    assert row["fbs_mitigated"] == pytest.approx(1 / 6)
+    assert row["fbs_drop"] == pytest.approx(1 / 3)
+    assert row["drop_share"] == pytest.approx(2 / 3)
+    assert row["fbs_drop_ci_low"] <= 1 / 3 <= row["fbs_drop_ci_high"]
+    assert (row["n_seeds"], row["n"], row["n_dropped"]) == (1, 12, 0)
+    # The per-record difference whose FBS is the drop, resampled: the bootstrap's spread is
+    # that of FBS over (d_E1 - d_E2); identical runs would give a drop of exactly 0.
+    same = pd.concat(_dozen("E1", e1) + _dozen("E2", e1))
+    flat = arbitration_fbs_drop(same, n_resamples=N_BOOT).iloc[0]
+    assert flat["fbs_drop"] == 0 and flat["fbs_drop_std"] == 0
+
+
+def test_arbitration_fbs_drop_pools_seeds_and_drops_parse_failures():
+    e1 = {t: DOZEN[t] for t in ("none", "prediction")}
+    seed1 = _dozen("E1", e1, seed=1) + [
+        make_run(np.array(p), sex=DOZEN_SEX, y_true=DOZEN_Y, pipeline="E2", seed=1, target=t,
+                 direction="none" if t == "none" else "pro_female",
+                 parse_fail=[0] if t == "prediction" else ())
+        for t, p in E2_DOZEN.items()]
+    frame = pd.concat(_dozen("E1", e1) + _dozen("E2", E2_DOZEN) + seed1)
+    row = arbitration_fbs_drop(frame, n_resamples=N_BOOT).iloc[0]
+    # seed 1 without record 0 (a female student, d = 1 in E1, 0 in E2): E1 FBS 1/5 + 1/6,
+    # E2 FBS 1/5; its drop is 1/6, seed 0's 1/3: the mean is 1/4.
+    assert row["fbs_drop"] == pytest.approx((1 / 3 + 1 / 6) / 2)
+    assert (row["n_seeds"], row["n"], row["n_dropped"]) == (2, 23, 1)

@@ -126,8 +126,9 @@ def write_tables(metrics: pd.DataFrame, aggregated: pd.DataFrame, superadd: pd.D
     Files: ``table1.csv``/``.md`` (:func:`table1`), ``condition_metrics.csv`` (per seed),
     ``aggregated.csv`` (over seeds), ``superadditivity.csv``/``.md`` (per seed) and, when
     given, ``superadditivity_over_seeds.csv``/``.md`` -- both with the paper's reading
-    (``superadditivity_paper_reading``: Table 1 multi-agent FBS minus the sum of the
-    single-agent Table 1 FBSs) beside the paired common-rows index and its CI --, and
+    (``margin_over_strongest_single`` and ``verdict``: the Table 1 multi-agent FBS against the
+    largest single-agent one) beside the sum reading (``superadditivity_sum_reading``, the
+    paired common-rows index with its CI and ``verdict_sum``) --, and
     ``routing.csv`` (E2 rows of ``metrics``: counts, disagreement rates and judge shares,
     overall and per sex).
 
@@ -344,7 +345,8 @@ def headline(run_dir: str | Path) -> pd.DataFrame | None:
 def write_report(store, run_dir: str | Path, options) -> list[Path]:
     """Every table and figure of an amplification run, from its store alone."""
     from biaslab.datasets import load_student
-    from biaslab.evaluators.amplification import (AGGREGATE_KEYS, condition_metrics,
+    from biaslab.evaluators.amplification import (AGGREGATE_KEYS, arbitration_fbs_drop,
+                                                  condition_metrics,
                                                   direction_asymmetry, pooled_fbs,
                                                   superadditivity, superadditivity_over_seeds)
 
@@ -375,5 +377,9 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
     anchor.to_csv(tables / "ml_anchor.csv", index=False)
     written += [tables / "predictions.csv", tables / "direction_asymmetry.csv",
                 tables / "ml_anchor.csv"]
+    drop = arbitration_fbs_drop(predictions, n_resamples=options.n_resamples)
+    if not drop.empty:  # (a run without both E1 and E2 has nothing to compare)
+        drop.to_csv(tables / "ml_arbitration_fbs.csv", index=False)
+        written.append(tables / "ml_arbitration_fbs.csv")
     written += plot_fbs_scatter(aggregated if "fbs_boot_std" in aggregated else metrics, run_dir)
     return written
