@@ -103,6 +103,12 @@ def app_spec_options(data: Mapping[str, Any]) -> dict[str, Any]:
                "directions": data.get("directions") or {}}
     rest = {k: v for k, v in data.items()
             if k not in ("app", "items", "outcome", "directions", "options", "protocol")}
+    # "each": every node that calls a model, alone (the core's "singletons")
+    if isinstance(rest.get("conditions"), dict) and rest["conditions"].get("targets") == "each":
+        rest["conditions"] = {**rest["conditions"], "targets": "singletons"}
+    for name, m in (rest.get("mitigations") or {}).items():
+        if isinstance(m, dict) and m.get("targets") == "each":
+            rest["mitigations"] = {**rest["mitigations"], name: {**m, "targets": "singletons"}}
     return {**rest, "protocol": AppAudit.name,
             "options": {k: v for k, v in options.items() if v is not None}}
 
