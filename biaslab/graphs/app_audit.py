@@ -310,6 +310,17 @@ def state_json(value: Any) -> Any:
     return str(value)
 
 
+def _depth() -> int:
+    """How many checkpoint-namespace segments sit above the app where it is invoked now:
+    one inside biaslab's wrapper node, none in the discovery pass."""
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    config = var_child_runnable_config.get() or {}
+    ns = (config.get("configurable") or {}).get("checkpoint_ns") \
+        or (config.get("metadata") or {}).get("langgraph_checkpoint_ns") or ""
+    return len([segment for segment in str(ns).split("|") if segment])
+
+
 class AppState(TypedDict, total=False):
     item: str
     outcome: dict
@@ -391,6 +402,7 @@ class AppAudit(Protocol):
         app = load_app(options.app)
         row = read_items(options)[1][item]
         calls = calls or AppCalls(ctx, asyncio.get_running_loop())
+        calls.prefix = _depth()
         keys = _input_keys(app)  # the unit's id and group are biaslab's unless the app reads them
         state = {k: v for k, v in row.items() if keys is None or k in keys}
         with intercepting(calls):
