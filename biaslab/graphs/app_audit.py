@@ -187,6 +187,12 @@ def graph_nodes(app, prefix: str = "") -> list[str]:
 
 
 def _input_keys(app) -> set[str] | None:
+    """The state keys the app's graph takes as input; None when it cannot say."""
+    builder = getattr(app, "builder", None)
+    schemas = getattr(builder, "schemas", None)
+    if isinstance(builder, StateGraph) and isinstance(schemas, dict) \
+            and builder.input_schema in schemas:
+        return set(schemas[builder.input_schema])
     try:
         schema = app.get_input_jsonschema()
     except Exception:  # a graph whose input schema LangGraph cannot describe: not checked
