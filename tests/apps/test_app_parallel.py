@@ -84,3 +84,39 @@ def test_a_second_run_pays_nothing_and_estimate_counts_the_nodes(audited, capsys
         assert cli("estimate", SPEC) == 0
     out = capsys.readouterr().out
     assert "18 cells, about 54 model calls" in out
+
+
+def test_the_viewer_shows_the_app_calls_and_the_outcome_it_compares(audited):
+    import json
+    import threading
+    from urllib.parse import urlencode
+    from urllib.request import urlopen
+
+    from biaslab.viewer import make_server
+
+    server = make_server(audited / "run", port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+
+    def get(route, **params):
+        with urlopen(f"{base}/api/{route}?{urlencode(params)}", timeout=10) as r:
+            return json.loads(r.read())
+
+    try:
+        cell = get("cells", condition="chair:pro_older")["rows"][0]
+        detail = get("cell", id=cell["cell_id"])
+        assert {c["node"] for c in detail["calls"]} == {"reviewer_a", "reviewer_b", "chair"}
+        measures = get("compare", cell=cell["cell_id"])["measures"]
+        assert [(m["field"], m["left"], m["right"]) for m in measures] == \
+            [("decision", "either", "older")]
+    finally:
+        server.shutdown()
+
+
+def test_workers_give_the_same_tables(audited):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BIASLAB_CACHE", str(audited / "cache.sqlite"))
+        assert cli("run", SPEC, "--out", audited / "workers", "--workers", "2", "--quiet") == 0
+    assert (audited / "workers" / "tables" / "exposed_vs_clean.csv").read_bytes() == \
+        (audited / "run" / "tables" / "exposed_vs_clean.csv").read_bytes()
+    assert outputs(audited / "workers") == outputs(audited / "run")
