@@ -22,6 +22,7 @@ import asyncio
 import hashlib
 import json
 import re
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypedDict
@@ -100,9 +101,11 @@ def app_spec_options(data: Mapping[str, Any]) -> dict[str, Any]:
     options = {"app": data["app"], "items_file": data["items"],
                "outcome_field": outcome.get("field"), "outcome_parse": outcome.get("parse"),
                "unit": outcome.get("unit"), "group": outcome.get("group"),
-               "directions": data.get("directions") or {}}
+               "directions": data.get("directions") or {},
+               "recursion_limit": data.get("recursion_limit")}
     rest = {k: v for k, v in data.items()
-            if k not in ("app", "items", "outcome", "directions", "options", "protocol")}
+            if k not in ("app", "items", "outcome", "directions", "options", "protocol",
+                         "recursion_limit")}
     # "each": every node that calls a model, alone (the core's "singletons")
     if isinstance(rest.get("conditions"), dict) and rest["conditions"].get("targets") == "each":
         rest["conditions"] = {**rest["conditions"], "targets": "singletons"}
@@ -478,6 +481,11 @@ class AppAudit(Protocol):
             found = _discover(self, spec, options, models, aliases)
             spec = spec.model_copy(update={"options": {**spec.options, "discovered": found}})
             options = self.parse_options(spec.options)
+        recorded = options.discovered.get("app_sha")
+        if recorded and recorded != _app_sha(options):
+            print(f"biaslab: warning: the app {options.app} changed since its nodes were found "
+                  f"(hash {_app_sha(options)}, recorded {recorded}); a replay of a run made "
+                  "with the old code may not match it", file=sys.stderr)
         nodes = options.discovered.get("nodes", {})
         for where, name in named:
             if name not in nodes:
@@ -503,6 +511,12 @@ def _named_nodes(spec) -> list[tuple[str, str]]:
                 out += [(f"[mitigations.{name}] targets", n) for n in entry.split("+")]
     out += [(f"[nodes.{name}]", name) for name in spec.nodes]
     return out
+
+
+def _app_sha(options: AppOptions) -> str:
+    """The app file's content hash ("" for an app imported as a module)."""
+    path = Path(options.app.rpartition(":")[0])
+    return _file_sha(path) if path.suffix == ".py" and path.is_file() else ""
 
 
 def _memo_path() -> Path | None:
@@ -581,7 +595,7 @@ def _run_discovery(proto: AppAudit, spec, options: AppOptions, first: str, seed:
                 tokens[record.node] = tokens.get(record.node, 0) + record.input_tokens \
                     + record.output_tokens
             return {"item": first, "model": model.label, "seed": seed,
-                    "nodes": dict(calls.nodes), "tokens": tokens}
+                    "nodes": dict(calls.nodes), "tokens": tokens, "app_sha": _app_sha(options)}
         finally:
             if cache is not None:
                 cache.close()
