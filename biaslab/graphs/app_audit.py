@@ -472,8 +472,10 @@ class AppAudit(Protocol):
             if settings.prompt:
                 raise UserError(f"[nodes.{name}] prompt: an audited app's prompts are its own; "
                                 "bind a model here, or expose or mitigate the node instead")
+        prompts = PromptRegistry(spec.prompt_overrides)
         for name, m in (spec.mitigations or {}).items():
-            if m.position == "after-answer" or (m.template or "").endswith("self_check"):
+            position = m.position or prompts.get(m.template or f"mitigations/{name}").position
+            if position == "after-answer":
                 raise UserError(f"[mitigations.{name}]: an after-answer self-check needs a node "
                                 "that parses its own answer; an app's nodes take a position "
                                 "such as system-append or user-prefix")

@@ -114,3 +114,13 @@ def test_an_outcome_missing_from_a_later_item_fails_that_cell_naming_it(app_dir,
     assert set(failed["item"]) == {"c2"}
     assert failed["error"].str.contains("item 'c2': the final state has no 'decision'").all()
     assert len(calls(app_dir / "run")) > 0
+
+
+def test_a_self_check_mitigation_is_refused_for_an_app(app_dir, capsys):
+    _fails(app_dir, capsys, "[mitigations.self_check]: an after-answer self-check",
+           spec_edit=lambda s: s + '\n[mitigations.self_check]\ntargets = ["chair"]\n')
+
+
+def test_a_prompt_binding_is_refused_for_an_app(app_dir, capsys):
+    _fails(app_dir, capsys, "[nodes.chair] prompt: an audited app's prompts are its own",
+           spec_edit=lambda s: s + '\n[nodes.chair]\nprompt = "common/reask"\n')
