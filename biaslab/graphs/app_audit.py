@@ -24,6 +24,7 @@ import json
 import re
 import sys
 import threading
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypedDict
 
@@ -127,6 +128,8 @@ def _loaded(ref: str):
         path = Path(target).resolve()
         if not path.is_file():
             raise UserError(f"app: file not found: {target}")
+        if str(path.parent) not in sys.path:  # its sibling modules import, as under `python app.py`
+            sys.path.append(str(path.parent))
         try:
             module = _load_file(str(path), _file_sha(path))
         except UserError as exc:
@@ -414,8 +417,12 @@ class AppAudit(Protocol):
         calls.prefix = _depth()
         keys = _input_keys(app)  # the unit's id and group are biaslab's unless the app reads them
         state = {k: v for k, v in row.items() if keys is None or k in keys}
+        # A thread of its own for an app compiled with a checkpointer (which needs one); the
+        # id is no part of any call, so a fresh one per invocation changes nothing recorded.
+        config = {"recursion_limit": options.recursion_limit,
+                  "configurable": {"thread_id": f"biaslab-{uuid.uuid4()}"}}
         with intercepting(calls):
-            final = await app.ainvoke(state, {"recursion_limit": options.recursion_limit})
+            final = await app.ainvoke(state, config)
         try:
             value = outcome_of(final, options, self._parse(options))
         except OutcomeMissing:

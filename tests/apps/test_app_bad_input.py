@@ -124,3 +124,19 @@ def test_a_self_check_mitigation_is_refused_for_an_app(app_dir, capsys):
 def test_a_prompt_binding_is_refused_for_an_app(app_dir, capsys):
     _fails(app_dir, capsys, "[nodes.chair] prompt: an audited app's prompts are its own",
            spec_edit=lambda s: s + '\n[nodes.chair]\nprompt = "common/reask"\n')
+
+
+def test_an_app_with_a_checkpointer_and_a_sibling_module_runs(app_dir, capsys):
+    """Apps are often compiled with a checkpointer (which needs a thread id) and import
+    modules beside them."""
+    (app_dir / "committee_prompts.py").write_text('CHAIR = "You chair a hiring committee."\n')
+    app = app_dir / "hiring_app.py"
+    app.write_text(app.read_text()
+                   .replace("graph = builder.compile()",
+                            "from langgraph.checkpoint.memory import MemorySaver\n"
+                            "graph = builder.compile(checkpointer=MemorySaver())")
+                   .replace('SystemMessage("You chair a hiring committee.")',
+                            "SystemMessage(__import__('committee_prompts').CHAIR)"))
+    assert cli("run", app_dir / "hiring_audit.toml", "--out", app_dir / "run", "--quiet") == 0
+    frame = calls(app_dir / "run")
+    assert frame["error"].isna().all() and len(frame) == 54
