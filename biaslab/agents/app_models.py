@@ -63,13 +63,15 @@ class AppCalls:
     Attributes:
         ctx: the cell's context (model bindings, arm, gateway, trace buffer).
         loop: the event loop the gateway runs on (sync calls from worker threads use it).
-        prefix: checkpoint-namespace segments above the app (biaslab's own wrapper node).
+        prefix: the checkpoint namespace the app is invoked in (biaslab's own wrapper node's,
+            or "" where the app runs as a top-level graph); calls' namespaces below it name
+            the app's nodes.
         nodes: node path → calls made, in order of first call (the discovery pass reads it).
     """
 
     ctx: CellContext
     loop: asyncio.AbstractEventLoop
-    prefix: int = 1
+    prefix: str = ""
     nodes: dict[str, int] = field(default_factory=dict)
     _seen: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -92,11 +94,16 @@ _PATCH_USERS = 0
 _ORIGINAL: dict[str, Any] = {}
 
 
-def node_path(metadata: Mapping[str, Any] | None, prefix: int) -> str:
-    """The app node a call belongs to: subgraph names and the node's, joined by ``/``."""
+def node_path(metadata: Mapping[str, Any] | None, prefix: str = "") -> str:
+    """The app node a call belongs to: subgraph names and the node's, joined by ``/``, below
+    the namespace `prefix` the app was invoked in."""
     metadata = metadata or {}
     ns = str(metadata.get("langgraph_checkpoint_ns") or metadata.get("checkpoint_ns") or "")
-    parts = [segment.partition(":")[0] for segment in ns.split("|") if segment][prefix:]
+    segments = [segment for segment in ns.split("|") if segment]
+    above = [segment for segment in prefix.split("|") if segment]
+    if segments[:len(above)] == above:
+        segments = segments[len(above):]
+    parts = [segment.partition(":")[0] for segment in segments]
     node = metadata.get("langgraph_node")
     if node and (not parts or parts[-1] != node):
         parts.append(str(node))

@@ -322,15 +322,15 @@ def state_json(value: Any) -> Any:
     return str(value)
 
 
-def _depth() -> int:
-    """How many checkpoint-namespace segments sit above the app where it is invoked now:
-    one inside biaslab's wrapper node, none in the discovery pass."""
+def _namespace() -> str:
+    """The checkpoint namespace the app is invoked in now: biaslab's wrapper node's inside a
+    cell, none in the discovery pass."""
     from langchain_core.runnables.config import var_child_runnable_config
 
     config = var_child_runnable_config.get() or {}
     ns = (config.get("configurable") or {}).get("checkpoint_ns") \
         or (config.get("metadata") or {}).get("langgraph_checkpoint_ns") or ""
-    return len([segment for segment in str(ns).split("|") if segment])
+    return str(ns)
 
 
 class AppState(TypedDict, total=False):
@@ -364,11 +364,12 @@ class AppAudit(Protocol):
         keys = _input_keys(load_app(options.app))
         if keys is not None:
             _, items = read_items(options)
-            extra = sorted(set(items[ids[0]]) - keys - {options.unit, options.group, "id"})
-            if extra:
-                raise UserError(f"{options.items_file}: key '{extra[0]}' of item '{ids[0]}' is "
-                                f"no input of the app's graph (its inputs: "
-                                f"{', '.join(sorted(keys))})")
+            for uid in ids:
+                extra = sorted(set(items[uid]) - keys - {options.unit, options.group, "id"})
+                if extra:
+                    raise UserError(f"{options.items_file}: key '{extra[0]}' of item '{uid}' "
+                                    f"is no input of the app's graph (its inputs: "
+                                    f"{', '.join(sorted(keys))})")
         if options.outcome_parse:
             self._parse(options)
         return options
@@ -414,13 +415,14 @@ class AppAudit(Protocol):
         app = load_app(options.app)
         row = read_items(options)[1][item]
         calls = calls or AppCalls(ctx, asyncio.get_running_loop())
-        calls.prefix = _depth()
+        calls.prefix = _namespace()
         keys = _input_keys(app)  # the unit's id and group are biaslab's unless the app reads them
         state = {k: v for k, v in row.items() if keys is None or k in keys}
         # A thread of its own for an app compiled with a checkpointer (which needs one); the
         # id is no part of any call, so a fresh one per invocation changes nothing recorded.
-        config = {"recursion_limit": options.recursion_limit,
-                  "configurable": {"thread_id": f"biaslab-{uuid.uuid4()}"}}
+        config: dict[str, Any] = {"recursion_limit": options.recursion_limit}
+        if getattr(app, "checkpointer", None):
+            config["configurable"] = {"thread_id": f"biaslab-{uuid.uuid4()}"}
         with intercepting(calls):
             final = await app.ainvoke(state, config)
         try:

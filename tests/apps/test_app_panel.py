@@ -58,3 +58,14 @@ def test_a_fair_decider_removes_every_effect_and_only_its_calls_are_new(audited,
                      ("research_team/screener:pro_older", "decision=either"): 0.0}
     measures = pd.read_csv(out / "tables" / "compare_measures.csv")
     assert len(measures) > 0
+
+
+def test_node_paths_below_the_namespace_the_app_runs_in():
+    from biaslab.agents.app_models import node_path
+
+    meta = {"langgraph_checkpoint_ns": "app:1|team:2|member:3", "langgraph_node": "member"}
+    assert node_path(meta, "app:1") == "team/member"
+    assert node_path({**meta, "langgraph_checkpoint_ns": "team:2|member:3"}, "app:1") == \
+        "team/member"  # an app that runs as a top-level graph (its own checkpointer)
+    assert node_path({"langgraph_checkpoint_ns": "chair:9", "langgraph_node": "chair"}, "") == \
+        "chair"
