@@ -80,6 +80,8 @@ def test_a_second_run_pays_nothing_and_estimate_counts_the_nodes(audited, capsys
         mp.setenv("BIASLAB_CACHE", str(audited / "cache.sqlite"))
         assert cli("run", SPEC, "--out", audited / "again", "--quiet") == 0
         assert calls(audited / "again")["cache_hit"].all()
+        assert (audited / "again" / "tables" / "exposed_vs_clean.csv").read_bytes() == \
+            (audited / "run" / "tables" / "exposed_vs_clean.csv").read_bytes()
         capsys.readouterr()
         assert cli("estimate", SPEC) == 0
     out = capsys.readouterr().out
