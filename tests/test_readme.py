@@ -140,6 +140,10 @@ def test_the_numbers_the_readme_quotes(tour):
                  if r["group"] == "all")
     assert (probe["n_verdicts"], probe["n_flipped"], round(float(probe["flip_rate_ci_high"]), 3)
             ) == ("32", "0", 0.107), probe
+    app = [r for r in _read(tmp / "runs/tour/hiring-app/tables/exposed_vs_clean.csv")
+           if r["field"] == "decision=older" and r["group"] == "all"]
+    assert {(r["condition"], float(r["diff"]), int(r["n_pairs"])) for r in app} == {
+        ("reviewer_a:pro_older", 1.0, 6), ("chair:pro_older", 1.0, 6)}, app
 
 
 def test_a_second_tour_makes_no_model_calls(tour):

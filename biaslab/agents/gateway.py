@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any, Iterator, Literal, Sequence
 
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, convert_to_messages
 
 from biaslab.agents.providers import ModelSpec, build_chat_model
 from biaslab.agents.redaction import redact, secrets_of
 from biaslab.agents.providers.answer_sheet import is_answer_sheet
+from biaslab.agents.tool_answers import encode_answer, from_openai_tool_calls
 from biaslab.errors import ModelCallError, ReplayMiss
 from biaslab.traces.cache import CachedResponse, CallCache, cache_key, is_cacheable
 
@@ -198,10 +199,15 @@ async def _send_scripted(model, messages, kwargs) -> tuple[str, dict[str, int]]:
 
 async def _send_lc(model, messages, kwargs) -> tuple[str, dict[str, int]]:
     """Any other LangChain chat model (the embedded one): its `_agenerate`, no callbacks."""
-    result = await model._agenerate([_LC[m["role"]](content=m["content"]) for m in messages],
-                                    **kwargs)
+    if all(m.keys() <= {"role", "content"} for m in messages):
+        turns = [_LC[m["role"]](content=m["content"]) for m in messages]
+    else:  # tool calls and tool results (an audited app): LangChain reads OpenAI's shape
+        turns = convert_to_messages(messages)
+    result = await model._agenerate(turns, **kwargs)
     message = result.generations[0].message
     raw = message.content if isinstance(message.content, str) else str(message.content)
+    if getattr(message, "tool_calls", None):
+        raw = encode_answer(raw, message.tool_calls)
     return raw, dict(getattr(message, "usage_metadata", None) or {})
 
 
@@ -235,6 +241,8 @@ async def _send_openai(model, messages, kwargs) -> tuple[str, dict[str, int]]:
     message = (choices[0] or {}).get("message") if choices else None
     raw = (message or {}).get("content") or ""
     raw = raw if isinstance(raw, str) else json.dumps(raw)
+    if (message or {}).get("tool_calls"):  # an audited app's tool loop (agents.tool_answers)
+        raw = encode_answer(raw, from_openai_tool_calls(message["tool_calls"]))
     usage = data.get("usage")
     if not isinstance(usage, dict):
         return raw, {}

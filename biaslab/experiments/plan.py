@@ -197,6 +197,9 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
         if labels.count(label) > 1:
             raise UserError(f"the model axis names '{label}' twice; give each model its own "
                             "[model_aliases.<name>] table so their cells stay apart")
+    prepare = getattr(proto, "prepare_plan", None)
+    if prepare is not None:  # an audited app: its LLM nodes are found by running it once
+        spec, options = prepare(spec, options, model_specs, aliases)
     if not proto.variants(options):
         raise UserError(f"protocol '{proto.name}' has no variant to run with these [options] "
                         "(is a list of variants, such as pipelines, empty?)")

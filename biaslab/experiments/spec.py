@@ -262,6 +262,8 @@ def spec_from_dict(data: dict[str, Any], *, scale: str | None = None, where: str
     """Validate a spec dict, applying ``[scale.<scale>]`` when asked."""
     _reject_nul(data, where)
     _reject_inline_secrets(data, where)
+    if "app" in data:  # an unmodified LangGraph app to audit (biaslab.graphs.app_audit)
+        data = _app_spec(data, where)
     if scale and scale != "paper":
         scales = data.get("scale", {})
         if scale not in scales:
@@ -274,6 +276,17 @@ def spec_from_dict(data: dict[str, Any], *, scale: str | None = None, where: str
         return ExperimentSpec(**data)
     except ValidationError as exc:
         raise _first_error(exc, where) from None
+
+
+def _app_spec(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """An app spec's ``app``, ``items``, ``[outcome]`` and ``[directions.*]`` as protocol
+    ``app-audit``'s options (its own module says how)."""
+    from biaslab.graphs.app_audit import app_spec_options
+
+    try:
+        return app_spec_options(data)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
 
 
 def read_toml(path: str | Path, what: str = "spec") -> dict[str, Any]:

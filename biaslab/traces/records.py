@@ -41,8 +41,9 @@ class CallRecord(BaseModel):
     shadowed prompt says which file shadowed it."""
     cache_key: str = ""
     """Content address of the call: model identity, messages, params, seed and sample."""
-    messages: list[dict[str, str]] = Field(default_factory=list)
-    """The rendered messages sent to the model."""
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    """The rendered messages sent to the model (``role`` and ``content``; an audited app's
+    also ``tool_calls`` and ``tool_call_id``, in OpenAI's chat shape)."""
     model: dict[str, Any] = Field(default_factory=dict)
     """Model spec without secrets."""
     params: dict[str, Any] = Field(default_factory=dict)

@@ -21,10 +21,11 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
 
+from biaslab.agents.tool_answers import Reply, ToolCall, encode_answer
 from biaslab.errors import ModelCallError, UserError
 
 __all__ = ["ScriptedChatModel", "Rule", "Fault", "ScriptedRequest", "register_scripted",
-           "resolve_scripted"]
+           "resolve_scripted", "Reply", "ToolCall"]
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,20 @@ class ScriptedRequest:
     def text(self) -> str:
         return "\n".join(f"{m['role']}: {m['content']}" for m in self.messages)
 
+    @property
+    def tools(self) -> list[str]:
+        """The names of the tools the request offers (an app's ``bind_tools``)."""
+        return [(t.get("function") or t).get("name", "") for t in self.kwargs.get("tools") or ()
+                if isinstance(t, dict)]
 
-Responder = str | Callable[[ScriptedRequest], str]
+    @property
+    def tool_results(self) -> list[str]:
+        """The tool results the conversation holds so far, in order (``tool`` turns)."""
+        return [m["content"] for m in self.messages if m["role"] == "tool"]
+
+
+Responder = str | Callable[[ScriptedRequest], "str | Reply"]
+"""A text answer, or a `Reply` with tool calls (an audited app's tool loop)."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +134,8 @@ class ScriptedChatModel(BaseChatModel):
                                  retry_after=fault.retry_after, transient=status == 429 or status >= 500)
         if text is None:
             text = self._respond(request)
+        if isinstance(text, Reply):  # tool calls, kept as one text (agents.tool_answers)
+            text = encode_answer(text.content, text.tool_calls)
         usage = {"input_tokens": max(1, len(request.text) // 4),
                  "output_tokens": max(1, len(text) // 4)}
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
