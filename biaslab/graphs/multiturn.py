@@ -124,6 +124,10 @@ class MultiturnOptions(BaseModel):
     target_max_tokens: int = Field(default=250, ge=8)
     user_max_tokens: int = Field(default=160, ge=16)
     judge_max_tokens: int = Field(default=120, ge=16)
+    judge_reasks: int = Field(default=2, ge=0, le=5)
+    """How many times the judge is asked again after an answer with no readable verdict
+    (each attempt is a recorded call; the turn row keeps ``judge_attempts``). A verdict still
+    missing after them is handled by the report's one rule (`multiturn_missing`)."""
     coherence_max_tokens: int = Field(default=120, ge=16)
     guardrail_max_tokens: int = Field(default=40, ge=16)
     n_resamples: int = Field(default=2000, ge=100, le=1_000_000)
@@ -445,13 +449,15 @@ async def judge(state: MultiturnState, runtime: Runtime[CellContext]) -> dict:
                                       "query": query, "response": response},
                        prompt=JUDGE_PROMPT, parser=JUDGE_PARSER, constraint=JUDGE_CONSTRAINT,
                        item=f"turn-{t}", max_tokens=_opts(ctx).judge_max_tokens,
-                       judged=(response, query))
+                       judged=(response, query), reasks=_opts(ctx).judge_reasks)
     answer.raise_for_error(f"judge, turn {t}")
+    attempts = sum(1 for c in ctx.calls if c.node == "judge" and c.item == f"turn-{t}")
     if not answer.ok:
         return {"labels": [{"turn": t, "biased": None, "justification": None,
-                            "parse_error": answer.parse_error}]}
+                            "parse_error": answer.parse_error, "attempts": attempts}]}
     return {"labels": [{"turn": t, "biased": answer.value["label"] == "yes",
-                        "justification": answer.value["justification"], "parse_error": None}]}
+                        "justification": answer.value["justification"], "parse_error": None,
+                        "attempts": attempts}]}
 
 
 def judged_stereotype(ctx: CellContext, state: MultiturnState) -> tuple[str, str]:
@@ -571,6 +577,7 @@ def finalize(state: MultiturnState) -> dict:
                      "response": reply.get("response"), "biased": label.get("biased"),
                      "justification": label.get("justification"),
                      "judge_parse_error": label.get("parse_error"),
+                     "judge_attempts": label.get("attempts"),
                      "follows": follows[i] if i < len(follows) else None,
                      "query_risk": g.get("query_risk"), "response_risk": g.get("response_risk"),
                      **({"guardrail_scored_by": g["scored_by"]} if g.get("scored_by") else {})})

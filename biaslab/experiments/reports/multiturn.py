@@ -33,6 +33,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from biaslab.evaluators import multiturn as mt
+from biaslab.evaluators import multiturn_missing as mm
 from biaslab.experiments.reports.markdown import to_markdown
 from biaslab.graphs.multiturn import parse_variant
 from biaslab.prompts.exposure import condition_id
@@ -89,11 +90,6 @@ def _ran(dialogues: pd.DataFrame) -> np.ndarray:
                      for turns in dialogues["turns"]], dtype=int)
 
 
-def _ever(dialogues: pd.DataFrame) -> np.ndarray:
-    """Per dialogue, whether any turn it ran was biased (NaN: unknown)."""
-    return mt.ever_biased(label_matrix(dialogues), ended=_ran(dialogues))
-
-
 def _prefixed(prefix: str, r: mt.Ratio) -> dict[str, Any]:
     """A ratio's columns: value, interval, and the dialogues it is computed over."""
     return {prefix: r.value, f"{prefix}_ci_low": r.ci_low, f"{prefix}_ci_high": r.ci_high,
@@ -104,10 +100,11 @@ _GRID = ["variant", "model", "condition"]
 
 
 def summary_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
+    """Per variant × model × arm. Cumulative bias and re-emergence follow the missing-verdict
+    rule (`mm`): figure, bounds-based interval, missing share, best and worst case."""
     rows = []
     for key, part in dialogues.groupby(_GRID, sort=True):
-        m = label_matrix(part)
-        ever = mt.ever_biased(m, ended=_ran(part))
+        m, ran, cap = _capped(part)
         refusals = [np.mean([f for f in (mt.is_refusal(t["response"]) for t in turns)
                              if f is not None]) if any(t["response"] for t in turns) else np.nan
                     for turns in part["turns"]]
@@ -116,37 +113,63 @@ def summary_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
                    for turns in part["turns"]]
         row = dict(zip(_GRID, key))
         row["n_dialogues"] = len(part)
-        row.update(_prefixed("cum_bias", mt.ratio_ci(ever, n_resamples=n_resamples)))
-        row.update(_prefixed("reemergence", mt.ratio_ci(mt.reemerged(m),
-                                                         n_resamples=n_resamples)))
+        row.update(mm.summarize(mm.ever_range(m, cap, ran), n_resamples=n_resamples)
+                   .columns("cum_bias"))
+        row.update(mm.summarize(mm.reemerged_range(m, ran), n_resamples=n_resamples)
+                   .columns("reemergence"))
+        row.update(mm.summarize(mm.first_bias_range(m, cap, ran), n_resamples=n_resamples)
+                   .columns("first_bias"))
         row.update(_prefixed("refusal", mt.ratio_ci(refusals, n_resamples=n_resamples)))
         coh = part["coherence_rating"].astype(float).to_numpy()
         row.update(_prefixed("coherence", mt.ratio_ci(coh, n_resamples=n_resamples)))
         row.update(_prefixed("follows", mt.ratio_ci(follows, n_resamples=n_resamples)))
         row["ended_early"] = int(part["ended"].notna().sum())
+        row["no_fairmt_dialogue"] = int((part["ended"] == "no_fairmt_dialogue").sum())
         row["judge_unscored"] = int(sum(t["response"] is not None and t["biased"] is None
                                         for turns in part["turns"] for t in turns))
+        row["judge_reasked"] = int(sum((t.get("judge_attempts") or 1) > 1
+                                       for turns in part["turns"] for t in turns))
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def per_turn_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
+    """Per turn: the share of replies judged biased at t and the cumulative ratio by t, both
+    under the missing-verdict rule (`mm`; the per-turn figure is the share of labelled
+    replies, bounded by counting the missing ones as not biased / biased)."""
     rows = []
     for key, part in dialogues.groupby(_GRID, sort=True):
         m = label_matrix(part)
+        ran = _ran(part)
         for t in range(1, m.shape[1] + 1):
             row = {**dict(zip(_GRID, key)), "turn": t, "n_labelled": int((~np.isnan(m[:, t - 1]))
                                                                           .sum())}
-            row.update(_prefixed("per_turn", mt.ratio_ci(m[:, t - 1], n_resamples=n_resamples)))
-            row.update(_prefixed("cumulative", mt.ratio_ci(
-                mt.ever_biased(m, t, ended=_ran(part)), n_resamples=n_resamples)))
+            row.update(mm.summarize(mm.turn_range(m, t, ran), n_resamples=n_resamples)
+                       .columns("per_turn"))
+            row.update(mm.summarize(mm.ever_range(m, t, ran), n_resamples=n_resamples)
+                       .columns("cumulative"))
             rows.append(row)
     return pd.DataFrame(rows)
 
 
+def _ranges_by_key(part: pd.DataFrame, keys: list[str]) -> tuple[list[tuple], mm.Range]:
+    """Ever biased by the cap of these dialogues (one variant), with their pairing keys."""
+    m, ran, cap = _capped(part)
+    return [tuple(k) for k in part[keys].itertuples(index=False)], mm.ever_range(m, cap, ran)
+
+
+def _aligned(a_keys, a: mm.Range, b_keys, b: mm.Range) -> tuple[mm.Range, mm.Range, list]:
+    where = {k: i for i, k in enumerate(b_keys)}
+    common = [(i, where[k]) for i, k in enumerate(a_keys) if k in where]
+    ia = np.array([i for i, _ in common], int)
+    ib = np.array([j for _, j in common], int)
+    return a.subset(ia), b.subset(ib), [a_keys[i] for i in ia]
+
+
 def late_emergence_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
     """cum@long − cum@short of a framing, paired on the same dialogues, per arm × framing ×
-    model × category (arms never pooled: an exposed arm is another population)."""
+    model × category (arms never pooled: an exposed arm is another population), under the
+    missing-verdict rule (`mm.paired_bounded`: bounds from the lowest and highest pairing)."""
     dyn = dialogues[dialogues["mode"] == "dynamic"]
     rows = []
     keys = ["seed_id", "seed"]
@@ -156,24 +179,50 @@ def late_emergence_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFr
         if len(caps) < 2:
             continue
         short, long_ = caps[0], caps[-1]
-        ever = part.assign(ever=_ever(part))
-        a = ever[ever["cap"] == short].set_index(keys)["ever"]
-        b = ever[ever["cap"] == long_].set_index(keys)["ever"]
-        joined = pd.concat([a.rename("short"), b.rename("long")], axis=1, join="inner"
-                           ).dropna()  # a pair counts where its status is known at both caps
-        joined = joined.join(part[part["cap"] == short].set_index(keys)["category"])
-        for category, sub in [("all", joined), *joined.groupby("category", sort=True)]:
-            r = mt.late_emergence(sub["short"], sub["long"])
+        s_part, l_part = part[part["cap"] == short], part[part["cap"] == long_]
+        sk, sr = _ranges_by_key(s_part, keys)
+        lk, lr = _ranges_by_key(l_part, keys)
+        lr, sr, common = _aligned(lk, lr, sk, sr)
+        category = s_part.set_index(keys)["category"]
+        cats = np.array([category[k] for k in common], dtype=object)
+        for cat in ["all", *sorted(set(cats))]:
+            idx = np.ones(len(cats), bool) if cat == "all" else cats == cat
+            r = mm.paired_bounded(lr.subset(idx), sr.subset(idx), n_resamples=n_resamples)
             rows.append({"condition": condition, "framing": framing, "model": model,
-                         "category": category,
-                         "short_cap": short, "long_cap": long_, "n_pairs": r.n,
-                         "cum_short": _nanmean(sub["short"]), "cum_long": _nanmean(sub["long"]),
-                         "late_emergence": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high})
+                         "category": cat, "short_cap": short, "long_cap": long_,
+                         "n_pairs": r.n, "cum_short": _nanmean(sr.subset(idx).value),
+                         "cum_long": _nanmean(lr.subset(idx).value),
+                         "late_emergence": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high,
+                         "missing": r.missing, "best": r.best, "worst": r.worst})
     return pd.DataFrame(rows, columns=_LATE_COLUMNS)  # a grid of one cap: the header alone
 
 
 _LATE_COLUMNS = ["condition", "framing", "model", "category", "short_cap", "long_cap",
-                 "n_pairs", "cum_short", "cum_long", "late_emergence", "ci_low", "ci_high"]
+                 "n_pairs", "cum_short", "cum_long", "late_emergence", "ci_low", "ci_high",
+                 "missing", "best", "worst"]
+
+
+def late_emergence_average(late: pd.DataFrame) -> pd.DataFrame:
+    """The paper's Table 3 margins: per arm × framing × category, the mean of the models'
+    late emergence (each model weighs the same), and per arm × framing × model the mean over
+    the categories; ``model``/``category`` read ``average``. Point values only: an average
+    of intervals is no interval."""
+    if late.empty:
+        return pd.DataFrame(columns=["condition", "framing", "model", "category",
+                                     "late_emergence", "n_averaged"])
+    per_cat = late[late["category"] != "all"]
+    rows = []
+    for (condition, framing, category), part in late.groupby(["condition", "framing",
+                                                                "category"], sort=True):
+        rows.append({"condition": condition, "framing": framing, "model": "average",
+                     "category": category, "late_emergence": part["late_emergence"].mean(),
+                     "n_averaged": int(part["late_emergence"].notna().sum())})
+    for (condition, framing, model), part in per_cat.groupby(["condition", "framing",
+                                                               "model"], sort=True):
+        rows.append({"condition": condition, "framing": framing, "model": model,
+                     "category": "average", "late_emergence": part["late_emergence"].mean(),
+                     "n_averaged": int(part["late_emergence"].notna().sum())})
+    return pd.DataFrame(rows)
 
 
 def _nanmean(values) -> float:
@@ -184,9 +233,10 @@ def _nanmean(values) -> float:
 def by_category_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
     rows = []
     for key, part in dialogues.groupby([*_GRID, "category"], sort=True):
-        ever = _ever(part)
+        m, ran, cap = _capped(part)
         rows.append({**dict(zip([*_GRID, "category"], key)), "n_dialogues": len(part),
-                     **_prefixed("cum_bias", mt.ratio_ci(ever, n_resamples=n_resamples))})
+                     **mm.summarize(mm.ever_range(m, cap, ran), n_resamples=n_resamples)
+                     .columns("cum_bias")})
     return pd.DataFrame(rows)
 
 
@@ -268,36 +318,39 @@ def diversity_table(turns: pd.DataFrame, embedder=None) -> pd.DataFrame:
 
 
 _PAIR = ["seed_id", "seed"]
-_EFFECT_COLUMNS = ["n_pairs", "clean_mean", "exposed_mean", "diff", "ci_low", "ci_high"]
+_EFFECT_COLUMNS = ["n_pairs", "clean_mean", "exposed_mean", "diff", "ci_low", "ci_high",
+                   "missing", "best", "worst"]
 
 
 def _paired_rows(dialogues: pd.DataFrame, measures, n_resamples: int) -> list[dict]:
     """Exposed − clean of each per-dialogue measure, paired on the dialogue (seed stereotype
-    and run seed) within a variant × model, per exposed arm. `measures(part)` gives, for the
-    dialogues of one variant × model × arm, a list of (labels dict, per-dialogue values)."""
+    and run seed) within a variant × model, per exposed arm, under the missing-verdict rule
+    (`mm.paired_bounded`). `measures(part)` gives, for the dialogues of one variant × model ×
+    arm, a list of (labels dict, `mm.Range` over those dialogues)."""
     rows = []
     for (variant, model), cell in dialogues.groupby(["variant", "model"], sort=True):
         clean = cell[cell["condition"] == "none"]
         if clean.empty:
             continue
-        base = {tuple(k): v for k, v in zip(clean[_PAIR].itertuples(index=False),
-                                             measures(clean))}
+        clean_keys = [tuple(k) for k in clean[_PAIR].itertuples(index=False)]
+        base = {tuple(labels.items()): r for labels, r in measures(clean)}
         for condition, arm in cell[cell["condition"] != "none"].groupby("condition",
                                                                         sort=True):
             keys = [tuple(k) for k in arm[_PAIR].itertuples(index=False)]
-            paired = [(k, v) for k, v in zip(keys, measures(arm)) if k in base]
-            if not paired:
+            if not set(keys) & set(clean_keys):
                 continue
-            for j, (labels, _) in enumerate(paired[0][1]):
-                exposed = np.array([v[j][1] for _, v in paired], float)
-                reference = np.array([base[k][j][1] for k, _ in paired], float)
-                known = ~(np.isnan(exposed) | np.isnan(reference))
-                r = mt.paired_effect(exposed, reference, n_resamples=n_resamples)
+            for labels, exposed in measures(arm):
+                if tuple(labels.items()) not in base:
+                    continue  # a turn the clean arm's scripts do not reach
+                e, c, _ = _aligned(keys, exposed, clean_keys, base[tuple(labels.items())])
+                r = mm.paired_bounded(e, c, n_resamples=n_resamples)
+                known = ~(np.isnan(e.value) | np.isnan(c.value))
                 rows.append({"variant": variant, "model": model, "condition": condition,
                              **labels, "n_pairs": r.n,
-                             "clean_mean": _nanmean(reference[known]),
-                             "exposed_mean": _nanmean(exposed[known]), "diff": r.value,
-                             "ci_low": r.ci_low, "ci_high": r.ci_high})
+                             "clean_mean": _nanmean(c.value[known]),
+                             "exposed_mean": _nanmean(e.value[known]), "diff": r.value,
+                             "ci_low": r.ci_low, "ci_high": r.ci_high, "missing": r.missing,
+                             "best": r.best, "worst": r.worst})
     return rows
 
 
@@ -316,17 +369,15 @@ def exposure_table(dialogues: pd.DataFrame, n_resamples: int,
     """Effects of each exposed arm at the dialogue level, paired on the dialogue: the
     cumulative bias ratio at each turn cap t of the grid up to the variant's own cap
     (``cum@t``; ``cum@<cap>`` is the effect at the cap) and the time to first bias
-    (`mt.time_to_first_bias`, restricted at the cap: cap + 1 when never biased)."""
+    (`mm.first_bias_range`, restricted at the cap: cap + 1 when never biased)."""
     if (dialogues["condition"] != "none").sum() == 0:
         return pd.DataFrame()
 
     def measures(part: pd.DataFrame):
         m, ran, cap = _capped(part)
         upto = sorted({t for t in turn_caps if t <= cap} | {cap})
-        ever = {t: mt.ever_biased(m, t, ended=ran) for t in upto}
-        ttfb = mt.time_to_first_bias(m, cap, ended=ran)
-        return [[*[({"measure": f"cum@{t}"}, ever[t][i]) for t in upto],
-                 ({"measure": "time_to_first_bias"}, ttfb[i])] for i in range(len(part))]
+        return [*[({"measure": f"cum@{t}"}, mm.ever_range(m, t, ran)) for t in upto],
+                ({"measure": "time_to_first_bias"}, mm.first_bias_range(m, cap, ran))]
 
     rows = _paired_rows(dialogues, measures, n_resamples)
     return pd.DataFrame(rows, columns=["variant", "model", "condition", "measure",
@@ -335,19 +386,17 @@ def exposure_table(dialogues: pd.DataFrame, n_resamples: int,
 
 def exposure_by_turn_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
     """Per-turn effects of each exposed arm, paired on the dialogue: at each turn t, the
-    share of replies judged biased (``per_turn``: pairs labelled at t in both arms) and the
-    cumulative bias ratio by turn t (``cumulative``: pairs whose status at t is known in
-    both), exposed − clean."""
+    share of replies judged biased (``per_turn``) and the cumulative bias ratio by turn t
+    (``cumulative``), exposed − clean, under the missing-verdict rule."""
     if (dialogues["condition"] != "none").sum() == 0:
         return pd.DataFrame()
 
     def measures(part: pd.DataFrame):
         m, ran, width = _capped(part)
-        ever = [mt.ever_biased(m, t, ended=ran) for t in range(1, width + 1)]
-        return [[*[({"turn": t, "measure": "per_turn"}, m[i, t - 1])
-                   for t in range(1, width + 1)],
-                 *[({"turn": t, "measure": "cumulative"}, ever[t - 1][i])
-                   for t in range(1, width + 1)]] for i in range(len(part))]
+        return [*[({"turn": t, "measure": "per_turn"}, mm.turn_range(m, t, ran))
+                  for t in range(1, width + 1)],
+                *[({"turn": t, "measure": "cumulative"}, mm.ever_range(m, t, ran))
+                  for t in range(1, width + 1)]]
 
     rows = _paired_rows(dialogues, measures, n_resamples)
     frame = pd.DataFrame(rows, columns=["variant", "model", "condition", "turn", "measure",
