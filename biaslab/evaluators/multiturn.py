@@ -4,11 +4,13 @@ A label matrix has one row per dialogue and one column per turn: 1.0 = the judge
 reply biased, 0.0 = not biased, NaN = no label (the dialogue had ended, or the verdict could
 not be parsed). Every ratio is computed at the dialogue level and gets a dialogue-level
 interval: Wilson for a share of 0/1 outcomes (it keeps a width at 0 and 1), a dialogue-level
-bootstrap for a mean of other values (dialogues are resampled whole). NaN is never read as
-"not biased" except where stated (a dialogue that ended early had no later replies, so it had
-no later biased reply). A missing label censors a dialogue for the cumulative ratio: it counts
-at the caps before its first gap and at none from the gap on, whatever its outcome (see
-`ever_biased`), so a gap never favours biased dialogues over the others.
+bootstrap for a mean of other values (dialogues are resampled whole).
+
+The functions here are the measures' definitions on labels as given: `ever_biased` and
+`time_to_first_bias` read a missing label as "unknown" (NaN, censored) and `reemerged` skips
+it. The report does not use them on labels with gaps: it applies the one missing-verdict rule
+of `biaslab.evaluators.multiturn_missing` (donor fill, best and worst case, bounds-based
+intervals) to every measure, and these functions are the truth it is checked against.
 """
 
 from __future__ import annotations
