@@ -721,15 +721,20 @@ class Multiturn(Protocol):
               how_to_read="Per-turn and cumulative bias ratio at each turn with 95% CI bands; a "
               "rising cumulative curve means bias that short evaluations miss."),
             S("Late emergence and categories", ("tables/late_emergence.csv",
+                                                "tables/late_emergence_average.csv",
                                                 "tables/by_category.csv"),
               how_to_read="cum@10 - cum@5 paired on the same seeds (> 0 = bias after turn 5), "
-              "and the cumulative ratio per stereotype category."),
-            S("Guardrail and harmfulness", ("tables/guardrail.csv", "tables/harmfulness.csv"),
+              "its averages across models and across categories (the paper's Table 3 "
+              "margins), and the cumulative ratio per stereotype category."),
+            S("Guardrail and harmfulness", ("tables/guardrail.csv",
+                                            "tables/harmfulness_queries.csv",
+                                            "tables/harmfulness_replies.csv"),
               ("figures/guardrail_*.png",),
               how_to_read="Shares of blocked, biased, not-biased and undetermined turns at each "
-              "turn; a turn is blocked when the query's or reply's risk is >= 0.5. Harmfulness: "
-              "replies at risk >= 0.5 per dialogue. scored_by names the scorer (an LLM's risk "
-              "number, or your classifier's P(violation))."),
+              "turn; a turn is blocked when the query's or reply's risk is >= 0.5. Harmfulness "
+              "(the paper's query and reply tables): mean guardrail score of the user queries "
+              "and of the replies over turns 1-5, and the share at >= 0.5. scored_by names the "
+              "scorer (an LLM's risk number, or your classifier's P(violation))."),
             S("Dialogue transitions", (), ("figures/transitions_*.png",),
               how_to_read="One row per dialogue, one column per turn: biased or not. Open a "
               "dialogue in `biaslab view` for its text."),
