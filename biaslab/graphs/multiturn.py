@@ -634,6 +634,8 @@ class Multiturn(Protocol):
 
     name = "multiturn"
     exposure_template = "multiturn/exposure"
+    default_conditions = {"targets": [], "template": "multiturn/exposure"}
+    """DyMT-ESB has no exposure arms: a spec without [conditions] runs the clean arm only."""
     Options = MultiturnOptions
     unit = AnalysisUnit("dialogue", node="finalize", rows="dialogue", id="seed_id",
                         group="category", measures=(any_true("ever_biased", "turns", "biased",
