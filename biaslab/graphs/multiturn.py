@@ -135,6 +135,10 @@ class MultiturnOptions(BaseModel):
     human_labels: str | None = None
     """A CSV of human turn labels (cell_id, turn, annotator, label) for the agreement table;
     default: human_labels.csv in the run directory, when present."""
+    human_coherence: str | None = None
+    """A CSV of human coherence labels (cell_id, turn, annotator, label: yes when that turn's
+    user query follows from the dialogue before it), the paper's Table 1 interaction
+    quality; default: human_coherence.csv in the run directory, when present."""
 
     def model_post_init(self, __context: Any) -> None:
         if any(cap < 1 or cap > 50 for cap in self.turn_caps):
@@ -222,6 +226,43 @@ def check_fairmt(opts: MultiturnOptions) -> None:
         if missing:
             raise UserError(f"FairMT copy {opts.fairmt_path} has no {_FAIRMT_TASK[task]} "
                             f"dialogues for category '{missing[0]}'")
+
+
+def seeds_without_static(opts: MultiturnOptions) -> dict[str, int]:
+    """Per static task, how many of the run's seeds have no dialogue in the user's FairMT copy
+    (their static cells end at once, recorded as ``no_fairmt_dialogue``); empty without a
+    copy. FairMT-1K keeps 165 dialogues per task, so there most seeds have none."""
+    if not opts.fairmt_path or "static" not in opts.baselines:
+        return {}
+    seeds = seed_table(opts)
+    out = {}
+    for task in opts.static_tasks:
+        pool = _fairmt_task(opts, task)
+        out[task] = sum(stereotypes.fairmt_dialogue_of(pool, _FAIRMT_TASK[task], r.category,
+                                                        r.group, r.stereotype) is None
+                        for r in seeds.itertuples())
+    return out
+
+
+_ANNOUNCED: set[tuple] = set()
+
+
+def announce_seeds_without_static(opts: MultiturnOptions) -> None:
+    """One stderr line per run plan when some seeds have no static dialogue (said once per
+    set of options, however often the items are listed)."""
+    missing = {t: n for t, n in seeds_without_static(opts).items() if n}
+    key = (opts.fairmt_path, tuple(sorted(missing.items())), len(seed_table(opts))
+           if missing else 0)
+    if not missing or key in _ANNOUNCED:
+        return
+    _ANNOUNCED.add(key)
+    import sys
+
+    total = len(seed_table(opts))
+    each = ", ".join(f"{t} {n}" for t, n in missing.items())
+    print(f"biaslab: multiturn: of {total} seeds, these have no dialogue in the FairMT copy "
+          f"{opts.fairmt_path} and their static cells end at once (no_fairmt_dialogue in "
+          f"tables/summary.csv): {each}", file=sys.stderr)
 
 
 def static_length(opts: MultiturnOptions, task: str) -> int:
@@ -662,14 +703,16 @@ class Multiturn(Protocol):
         return build_dialogue(variant, options)
 
     def items(self, options: MultiturnOptions) -> list[str]:
-        if options.human_labels:  # checked before the run, not when the report reads it
-            if not Path(options.human_labels).is_file():
-                raise UserError(f"[options] human_labels: file not found: "
-                                f"{options.human_labels}")
-            mt_metrics.read_human_labels(options.human_labels)
+        for name in ("human_labels", "human_coherence"):  # checked before the run
+            path = getattr(options, name)
+            if path:
+                if not Path(path).is_file():
+                    raise UserError(f"[options] {name}: file not found: {path}")
+                mt_metrics.read_human_labels(path)
         if options.guardrail_scorer and "guardrail" in options.post_hoc:
             _scorer(options.guardrail_scorer)  # loads before the run, or fails in one line
         check_fairmt(options)
+        announce_seeds_without_static(options)
         return seed_table(options)["seed_id"].tolist()
 
     def initial_state(self, variant: str, item: str, seed: int,
@@ -752,6 +795,12 @@ class Multiturn(Protocol):
             S("Judge agreement", ("tables/agreement.*",),
               how_to_read="Gwet's AC1 among human annotators and between their majority and the "
               "judge (needs human_labels.csv in the run directory)."),
+            S("Human coherence", ("tables/human_coherence.*",),
+              how_to_read="The paper's Table 1 interaction quality: the share of user turns "
+              "human annotators judged coherent with the dialogue before them (each "
+              "annotator, and their majority), and Gwet's AC1 among them and between their "
+              "majority and the coherence rater's per-turn answer (needs "
+              "human_coherence.csv)."),
             S("Turns", ("tables/turns.csv",), how_to_read="Every turn of every dialogue with its "
               "label, justification and guardrail risks.", max_rows=50),
         ]

@@ -435,6 +435,43 @@ def agreement_table(dialogues: pd.DataFrame, path: Path, n_resamples: int = 2000
     return table.assign(labels_not_in_run=int((~known).sum()))
 
 
+def coherence_table(dialogues: pd.DataFrame, path: Path, n_resamples: int = 2000
+                    ) -> pd.DataFrame:
+    """Human coherence labels (the paper's Table 1, interaction quality): per annotator and
+    for their majority (ties left out), the share of labelled user turns judged coherent
+    (Wilson CI); then Gwet's AC1 among annotators and between the majority and the coherence
+    rater's per-turn ``follows`` answer (`mt.human_agreement`). Labels naming a turn the run
+    does not hold are left out and counted (``labels_not_in_run``)."""
+    from biaslab.evaluators.stats import wilson_interval
+    from biaslab.evaluators.votes import majority_vote
+
+    human = mt.read_human_labels(path)
+    turns = turns_frame(dialogues)
+    held = set(zip(turns["cell_id"], turns["turn"].astype(int)))
+    known = np.array([(c, int(t)) in held for c, t in zip(human["cell_id"], human["turn"])],
+                     dtype=bool)
+    human = human[known]
+    rows = []
+    for annotator, part in human.groupby("annotator", sort=True):
+        k, n = int(part["label"].sum()), len(part)
+        low, high = wilson_interval(k, n)
+        rows.append({"row": f"coherent_share:{annotator}", "n_items": n, "value": k / n,
+                     "ci_low": low, "ci_high": high})
+    votes = [majority_vote(list(g["label"])) for _, g in human.groupby(["cell_id", "turn"])]
+    decided = [v.label for v in votes if v.label is not None]
+    if decided:
+        low, high = wilson_interval(int(sum(decided)), len(decided))
+        rows.append({"row": "coherent_share:majority", "n_items": len(decided),
+                     "value": float(np.mean(decided)), "ci_low": low, "ci_high": high})
+    rater = turns[["cell_id", "turn", "follows"]].rename(columns={"follows": "biased"})
+    agreement = mt.human_agreement(human, rater, n_resamples=n_resamples)
+    for r in agreement.itertuples():
+        name = "ac1:annotators" if r.comparison == "annotators" else "ac1:majority_vs_rater"
+        rows.append({"row": name, "n_items": r.n_items, "value": r.ac1,
+                     "ci_low": r.ac1_ci_low, "ci_high": r.ac1_ci_high})
+    return pd.DataFrame(rows).assign(labels_not_in_run=int((~known).sum()))
+
+
 # -- figures -----------------------------------------------------------------------------------
 def _save(fig: Figure, path_stem: Path) -> list[Path]:
     FigureCanvasAgg(fig)
@@ -642,6 +679,11 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
         "paired on the dialogue: per_turn = share of replies judged biased at that turn, "
         "cumulative = share biased by that turn (Newcombe paired 95% CI; with missing "
         "verdicts it spans the best and worst pairing)." + _from_turn_note(run_dir))
+    coherent = getattr(options, "human_coherence", None) or (run_dir / "human_coherence.csv")
+    if Path(coherent).is_file():
+        put("human_coherence", coherence_table(dialogues, Path(coherent), n),
+            "Human coherence labels (DyMT-ESB §3.6, Table 1): share of user turns judged "
+            "coherent with the history (Wilson 95% CI), and Gwet's AC1 (bootstrap 95% CI).")
     human = getattr(options, "human_labels", None) or (run_dir / "human_labels.csv")
     if Path(human).is_file():
         put("agreement", agreement_table(dialogues, Path(human), n))
