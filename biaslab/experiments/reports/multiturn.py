@@ -2,18 +2,24 @@
 
 Tables (``tables/``, CSV and Markdown):
 - ``summary``: per variant × model × arm: dialogues, cumulative bias ratio at the cap,
-  re-emergence, refusal, coherence, parse failures, each ratio with a dialogue-level 95% CI;
+  re-emergence, time to first bias, refusal, coherence, parse failures and re-asks, each
+  ratio with a 95% CI (label measures under the missing-verdict rule of
+  `biaslab.evaluators.multiturn_missing`: figure, missing share, best and worst case);
 - ``per_turn``: per-turn and cumulative bias ratio at every turn, with CIs;
 - ``late_emergence``: cum@long − cum@short per arm × framing × model × category, paired
   dialogues (every table is per arm: exposed arms are never pooled with the clean one);
+- ``late_emergence_average``: its means across models and across categories (Table 3);
 - ``by_category``: cumulative ratio at the cap per variant × model × category;
+- ``harmfulness_queries`` / ``harmfulness_replies``: mean guardrail score of the user queries /
+  replies over turns 1-5, and the share at ≥ 0.5 (the paper's Tables 7 and 9);
 - ``guardrail``: per-turn shares of blocked / biased / not-biased / undetermined turns;
 - ``diversity``: Distinct-1/2, self-cosine, Vendi, Chamfer to the other methods' static
   scripts, for every method (dynamic framings, static tasks, zero-shot), per arm × model;
 - ``exposure_effects``: cumulative bias per exposed node × direction minus clean, paired on
   seed stereotype, model and seed;
 - ``agreement``: Gwet's AC1 among human annotators and human majority vs judge, when human
-  labels are given (``human_labels`` option, or ``human_labels.csv`` in the run directory).
+  labels are given (``human_labels`` option, or ``human_labels.csv`` in the run directory);
+- ``human_coherence``: human coherence labels of the user turns (Table 1), when given.
 Figures (``figures/``, PNG and SVG): ``bias_curves``, ``transitions_<variant>``,
 ``guardrail_<variant>``, ``exposure_effects``.
 """
@@ -85,7 +91,7 @@ def label_matrix(dialogues: pd.DataFrame, key: str = "biased", width: int | None
 
 def _ran(dialogues: pd.DataFrame) -> np.ndarray:
     """Per dialogue, the turns it ran: those whose user query was sent. A sent turn without
-    a reply or a verdict is a missing label (it censors), not an early end."""
+    a reply or a verdict is a missing verdict (`mm`), not an early end."""
     return np.array([max([t["turn"] for t in turns if t.get("query") is not None] + [0])
                      for turns in dialogues["turns"]], dtype=int)
 
