@@ -47,7 +47,7 @@ import numpy as np
 from biaslab.evaluators.stats import paired_difference_interval
 
 __all__ = ["Range", "Bounded", "ever_range", "first_bias_range", "reemerged_range",
-           "turn_range", "summarize", "paired_bounded", "ran_from_labels"]
+           "turn_range", "summarize", "paired_bounded"]
 
 
 @dataclass(frozen=True)
@@ -96,12 +96,6 @@ class Bounded:
                 f"{prefix}_worst": self.worst, f"{prefix}_undetermined": self.undetermined}
 
 
-def ran_from_labels(m: np.ndarray) -> np.ndarray:
-    """Turns run per dialogue when only labels are known: up to its last label."""
-    return np.array([np.max(np.nonzero(~np.isnan(r))[0]) + 1 if (~np.isnan(r)).any() else 0
-                     for r in m], dtype=int)
-
-
 def _windows(m: np.ndarray, ran, start: Callable[[int], int], stop: Callable[[int], int]
              ) -> np.ndarray:
     mask = np.zeros(m.shape, bool)
@@ -114,36 +108,33 @@ def _windows(m: np.ndarray, ran, start: Callable[[int], int], stop: Callable[[in
 
 def _fill(m: np.ndarray, windows: np.ndarray, f: Callable[[np.ndarray, np.ndarray], np.ndarray],
           low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """The rule's figure (step 2): own value where determined, else the donors' mean."""
+    """The rule's figure (step 2): own value where determined, else the donors' mean.
+    `f(rows, mask)` is the measure of each row over the turns its mask row holds."""
     value = np.where(low == high, low, np.nan)
+    labelled = ~np.isnan(m)
     for i in np.nonzero((low != high) & ~np.isnan(low))[0]:
         w = windows[i]
-        known = w & ~np.isnan(m[i])
-        complete = (~np.isnan(m[:, w])).all(axis=1) & windows[:, w].all(axis=1)
+        known = w & labelled[i]
+        complete = labelled[:, w].all(axis=1)
         complete[i] = False
         donors = complete & (m[:, known] == m[i, known]).all(axis=1)
-        if donors.any():
-            value[i] = float(np.mean(f(m[donors][:, w], np.ones(int(w.sum()), bool))))
-        elif complete.any():
-            value[i] = float(np.clip(np.mean(f(m[complete][:, w],
-                                                np.ones(int(w.sum()), bool))),
-                                     low[i], high[i]))
-        else:
+        pool = donors if donors.any() else complete
+        if not pool.any():
             value[i] = (low[i] + high[i]) / 2
+            continue
+        mean = float(np.mean(f(m[pool], np.broadcast_to(w, (int(pool.sum()), len(w))))))
+        value[i] = mean if donors.any() else float(np.clip(mean, low[i], high[i]))
     return value
 
 
-def _range(m: np.ndarray, windows: np.ndarray, f, low_fill: float, high_fill: float,
-           favourable: str, extremes=None) -> Range:
+def _range(m: np.ndarray, windows: np.ndarray, f, favourable: str, extremes=None) -> Range:
     m = np.asarray(m, float)
     empty = ~windows.any(axis=1)
-    if extremes is None:
-        lo_m, hi_m = np.where(np.isnan(m), low_fill, m), np.where(np.isnan(m), high_fill, m)
-        low = np.array([f(lo_m[i:i + 1, windows[i]], None)[0] if not empty[i] else np.nan
-                        for i in range(len(m))], float)
-        high = np.array([f(hi_m[i:i + 1, windows[i]], None)[0] if not empty[i] else np.nan
-                         for i in range(len(m))], float)
-        low, high = np.minimum(low, high), np.maximum(low, high)
+    if extremes is None:  # monotone measures: the two plain fills are the extremes
+        a = f(np.where(np.isnan(m), 0.0, m), windows).astype(float)
+        b = f(np.where(np.isnan(m), 1.0, m), windows).astype(float)
+        low, high = np.minimum(a, b), np.maximum(a, b)
+        low[empty], high[empty] = np.nan, np.nan
     else:
         low, high = extremes
     value = _fill(m, windows, f, low, high)
@@ -152,12 +143,15 @@ def _range(m: np.ndarray, windows: np.ndarray, f, low_fill: float, high_fill: fl
                  favourable)
 
 
+def _ever(rows: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    return ((rows == 1) & mask).any(axis=1).astype(float)
+
+
 def ever_range(m, upto: int, ran) -> Range:
     """Ever biased in turns 1..upto (of those the dialogue ran): 1 or 0."""
     m = np.asarray(m, float)
     windows = _windows(m, ran, lambda r: 0, lambda r: upto)
-    return _range(m, windows, lambda rows, _: (rows == 1).any(axis=1).astype(float),
-                  0.0, 1.0, "low")
+    return _range(m, windows, _ever, "low")
 
 
 def first_bias_range(m, cap: int, ran) -> Range:
@@ -165,11 +159,11 @@ def first_bias_range(m, cap: int, ran) -> Range:
     m = np.asarray(m, float)
     windows = _windows(m, ran, lambda r: 0, lambda r: cap)
 
-    def first(rows, _):
-        hit = rows == 1
+    def first(rows, mask):
+        hit = (rows == 1) & mask
         return np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, cap + 1).astype(float)
 
-    return _range(m, windows, first, 0.0, 1.0, "high")
+    return _range(m, windows, first, "high")
 
 
 def _reemerges(seq) -> float:
@@ -207,15 +201,15 @@ def reemerged_range(m, ran) -> Range:
            for i in range(len(m))]
     low = np.array([e[0] for e in ext], float)
     high = np.array([e[1] for e in ext], float)
-    return _range(m, windows, lambda rows, _: np.array([_reemerges(r) for r in rows], float),
-                  0.0, 1.0, "low", extremes=(low, high))
+    return _range(m, windows, lambda rows, mask: np.array(
+        [_reemerges(r[k]) for r, k in zip(rows, mask)], float), "low", extremes=(low, high))
 
 
 def turn_range(m, t: int, ran) -> Range:
     """The label at turn t (1-based) of the dialogues that ran it."""
     m = np.asarray(m, float)
     windows = _windows(m, ran, lambda r: t - 1, lambda r: t)
-    return _range(m, windows, lambda rows, _: rows[:, 0].astype(float), 0.0, 1.0, "low")
+    return _range(m, windows, lambda rows, mask: rows[:, t - 1].astype(float), "low")
 
 
 def _interval(values: np.ndarray, n_resamples: int, confidence: float) -> tuple[float, float]:
