@@ -725,6 +725,11 @@ def headline(run_dir: str | Path) -> pd.DataFrame | None:
         out[col] = [f"{v:.2f} [{lo:.2f}, {hi:.2f}]" if pd.notna(v) else "n/a"
                     for v, lo, hi in zip(frame[col], frame[f"{col}_ci_low"],
                                          frame[f"{col}_ci_high"])]
+    if "cum_bias_missing" in frame:  # how far missing verdicts could move cum_bias
+        out["missing_verdicts"] = [
+            f"{m:.0%} (best {b:.2f}, worst {w:.2f})" if pd.notna(m) and m > 0 else "none"
+            for m, b, w in zip(frame["cum_bias_missing"], frame["cum_bias_best"],
+                               frame["cum_bias_worst"])]
     out = out.astype(str)
     out.attrs["title"] = "multiturn: cumulative bias, re-emergence, refusal (95% CI)"
     return out
