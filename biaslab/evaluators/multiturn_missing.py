@@ -30,9 +30,10 @@ that the dialogue ran, or the one turn t):
 3. **Interval.** ``ci_low`` is the lower 95% limit of the favourable-extreme values and
    ``ci_high`` the upper limit of the unfavourable ones (Wilson for 0/1 values, a percentile
    bootstrap over dialogues otherwise; a paired difference takes its lowest and highest
-   pairings). With no missing verdict the bounds meet and it is the usual interval; with
-   gaps it covers the value the complete labels would give whenever the usual interval
-   covers the truth at both extremes: missing verdicts widen it, never shift it.
+   pairings). With no missing verdict the bounds meet and it is the usual interval. With
+   gaps it always holds the value the complete labels would give (that value lies between
+   the best and worst case, and the interval holds both), and it is at least as wide as
+   the usual interval at either extreme: missing verdicts widen it, never shift it.
 4. Beside each figure: ``*_missing``, the share of the window's turns without a verdict,
    and ``*_undetermined``, the dialogues whose value a missing verdict could change.
 """
