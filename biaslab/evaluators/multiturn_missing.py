@@ -27,8 +27,9 @@ that the dialogue ran, or the one turn t):
    clipped to the dialogue's own [low, high]; without any: the middle of [low, high]. So the
    figure always lies between the bounds. For a per-turn ratio this is the share of the
    labelled replies at that turn.
-3. **Interval.** ``ci_low`` is the lower 95% limit of the favourable-extreme values and
-   ``ci_high`` the upper limit of the unfavourable ones (Wilson for 0/1 values, a percentile
+3. **Interval.** ``ci_low`` is the lower 95% limit of the dialogues' low extremes and
+   ``ci_high`` the upper limit of their high extremes (for a ratio: from the best case to the
+   worst; for time to first bias the other way round) (Wilson for 0/1 values, a percentile
    bootstrap over dialogues otherwise; a paired difference takes its lowest and highest
    pairings). With no missing verdict the bounds meet and it is the usual interval. With
    gaps it always holds the value the complete labels would give (that value lies between

@@ -611,8 +611,8 @@ MISSING_NOTE = ("Missing verdicts (one rule, biaslab.evaluators.multiturn_missin
                 "= their share of the turns read; *_best / *_worst = the value with them "
                 "counted as not biased / biased (re-emergence: the least / most over every "
                 "fill); the figure fills a gap from the complete dialogues that agree with "
-                "it; the 95% CI runs from the best case's lower limit to the worst case's "
-                "upper limit.")
+                "it; the 95% CI runs from the lower limit of the lowest case to the upper "
+                "limit of the highest, so it holds both.")
 
 
 def write_report(store, run_dir: str | Path, options) -> list[Path]:
