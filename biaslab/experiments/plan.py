@@ -187,6 +187,7 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
     for plugin in spec.plugins:
         load_plugin(plugin)
     proto = get_protocol(spec.protocol)
+    spec = _protocol_default_conditions(spec, proto)
     options = proto.parse_options(spec.options)
     prompts = PromptRegistry(spec.prompt_overrides)
     aliases = {name: parse_model({**table, "alias": table.get("alias", name)})
@@ -228,6 +229,23 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
         for item in proto.items(options):
             proto.initial_state(variant, item, spec.run.seeds[0], options)
     return plan
+
+
+def _protocol_default_conditions(spec: ExperimentSpec, proto: Protocol) -> ExperimentSpec:
+    """A spec with no [conditions] table runs the protocol's own default grid when it has one
+    (`Protocol.default_conditions`), written into the spec (so spec.toml and a resume hold
+    it) and said on stderr before anything runs."""
+    if "conditions" in spec.model_fields_set or proto.default_conditions is None:
+        return spec
+    import sys
+
+    settings = ConditionSettings(**proto.default_conditions)
+    arms = "the clean arm only" if settings.targets == [] else \
+        f"exposure targets {settings.targets!r} and the clean arm"
+    print(f"biaslab: {proto.name}: the spec has no [conditions] table, so each variant runs "
+          f"{arms} (the paper's design); add a [conditions] table for exposure arms",
+          file=sys.stderr)
+    return spec.model_copy(update={"conditions": settings})
 
 
 def _group_swap(spec: ExperimentSpec, proto: Protocol, known_nodes: set[str]) -> GroupSwap:

@@ -124,6 +124,10 @@ class MultiturnOptions(BaseModel):
     target_max_tokens: int = Field(default=250, ge=8)
     user_max_tokens: int = Field(default=160, ge=16)
     judge_max_tokens: int = Field(default=120, ge=16)
+    judge_reasks: int = Field(default=2, ge=0, le=5)
+    """How many times the judge is asked again after an answer with no readable verdict
+    (each attempt is a recorded call; the turn row keeps ``judge_attempts``). A verdict still
+    missing after them is handled by the report's one rule (`multiturn_missing`)."""
     coherence_max_tokens: int = Field(default=120, ge=16)
     guardrail_max_tokens: int = Field(default=40, ge=16)
     n_resamples: int = Field(default=2000, ge=100, le=1_000_000)
@@ -131,6 +135,10 @@ class MultiturnOptions(BaseModel):
     human_labels: str | None = None
     """A CSV of human turn labels (cell_id, turn, annotator, label) for the agreement table;
     default: human_labels.csv in the run directory, when present."""
+    human_coherence: str | None = None
+    """A CSV of human coherence labels (cell_id, turn, annotator, label: yes when that turn's
+    user query follows from the dialogue before it), the paper's Table 1 interaction
+    quality; default: human_coherence.csv in the run directory, when present."""
 
     def model_post_init(self, __context: Any) -> None:
         if any(cap < 1 or cap > 50 for cap in self.turn_caps):
@@ -220,6 +228,43 @@ def check_fairmt(opts: MultiturnOptions) -> None:
         if missing:
             raise UserError(f"FairMT copy {opts.fairmt_path} has no {_FAIRMT_TASK[task]} "
                             f"dialogues for category '{missing[0]}'")
+
+
+def seeds_without_static(opts: MultiturnOptions) -> dict[str, int]:
+    """Per static task, how many of the run's seeds have no dialogue in the user's FairMT copy
+    (their static cells end at once, recorded as ``no_fairmt_dialogue``); empty without a
+    copy. FairMT-1K keeps 165 dialogues per task, so there most seeds have none."""
+    if not opts.fairmt_path or "static" not in opts.baselines:
+        return {}
+    seeds = seed_table(opts)
+    out = {}
+    for task in opts.static_tasks:
+        pool = _fairmt_task(opts, task)
+        out[task] = sum(stereotypes.fairmt_dialogue_of(pool, _FAIRMT_TASK[task], r.category,
+                                                        r.group, r.stereotype) is None
+                        for r in seeds.itertuples())
+    return out
+
+
+_ANNOUNCED: set[tuple] = set()
+
+
+def announce_seeds_without_static(opts: MultiturnOptions) -> None:
+    """One stderr line per run plan when some seeds have no static dialogue (said once per
+    set of options, however often the items are listed)."""
+    missing = {t: n for t, n in seeds_without_static(opts).items() if n}
+    key = (opts.fairmt_path, tuple(sorted(missing.items())), len(seed_table(opts))
+           if missing else 0)
+    if not missing or key in _ANNOUNCED:
+        return
+    _ANNOUNCED.add(key)
+    import sys
+
+    total = len(seed_table(opts))
+    each = ", ".join(f"{t} {n}" for t, n in missing.items())
+    print(f"biaslab: multiturn: of {total} seeds, these have no dialogue in the FairMT copy "
+          f"{opts.fairmt_path} and their static cells end at once (no_fairmt_dialogue in "
+          f"tables/summary.csv): {each}", file=sys.stderr)
 
 
 def static_length(opts: MultiturnOptions, task: str) -> int:
@@ -452,13 +497,15 @@ async def judge(state: MultiturnState, runtime: Runtime[CellContext]) -> dict:
                                       "query": query, "response": response},
                        prompt=JUDGE_PROMPT, parser=JUDGE_PARSER, constraint=JUDGE_CONSTRAINT,
                        item=f"turn-{t}", max_tokens=_opts(ctx).judge_max_tokens,
-                       judged=(response, query))
+                       judged=(response, query), reasks=_opts(ctx).judge_reasks)
     answer.raise_for_error(f"judge, turn {t}")
+    attempts = sum(1 for c in ctx.calls if c.node == "judge" and c.item == f"turn-{t}")
     if not answer.ok:
         return {"labels": [{"turn": t, "biased": None, "justification": None,
-                            "parse_error": answer.parse_error}]}
+                            "parse_error": answer.parse_error, "attempts": attempts}]}
     return {"labels": [{"turn": t, "biased": answer.value["label"] == "yes",
-                        "justification": answer.value["justification"], "parse_error": None}]}
+                        "justification": answer.value["justification"], "parse_error": None,
+                        "attempts": attempts}]}
 
 
 def judged_stereotype(ctx: CellContext, state: MultiturnState) -> tuple[str, str]:
@@ -578,6 +625,7 @@ def finalize(state: MultiturnState) -> dict:
                      "response": reply.get("response"), "biased": label.get("biased"),
                      "justification": label.get("justification"),
                      "judge_parse_error": label.get("parse_error"),
+                     "judge_attempts": label.get("attempts"),
                      "follows": follows[i] if i < len(follows) else None,
                      "query_risk": g.get("query_risk"), "response_risk": g.get("response_risk"),
                      **({"guardrail_scored_by": g["scored_by"]} if g.get("scored_by") else {})})
@@ -634,6 +682,8 @@ class Multiturn(Protocol):
 
     name = "multiturn"
     exposure_template = "multiturn/exposure"
+    default_conditions = {"targets": [], "template": "multiturn/exposure"}
+    """DyMT-ESB has no exposure arms: a spec without [conditions] runs the clean arm only."""
     Options = MultiturnOptions
     unit = AnalysisUnit("dialogue", node="finalize", rows="dialogue", id="seed_id",
                         group="category", measures=(any_true("ever_biased", "turns", "biased",
@@ -660,14 +710,16 @@ class Multiturn(Protocol):
         return build_dialogue(variant, options)
 
     def items(self, options: MultiturnOptions) -> list[str]:
-        if options.human_labels:  # checked before the run, not when the report reads it
-            if not Path(options.human_labels).is_file():
-                raise UserError(f"[options] human_labels: file not found: "
-                                f"{options.human_labels}")
-            mt_metrics.read_human_labels(options.human_labels)
+        for name in ("human_labels", "human_coherence"):  # checked before the run
+            path = getattr(options, name)
+            if path:
+                if not Path(path).is_file():
+                    raise UserError(f"[options] {name}: file not found: {path}")
+                mt_metrics.read_human_labels(path)
         if options.guardrail_scorer and "guardrail" in options.post_hoc:
             _scorer(options.guardrail_scorer)  # loads before the run, or fails in one line
         check_fairmt(options)
+        announce_seeds_without_static(options)
         return seed_table(options)["seed_id"].tolist()
 
     def initial_state(self, variant: str, item: str, seed: int,
@@ -721,15 +773,20 @@ class Multiturn(Protocol):
               how_to_read="Per-turn and cumulative bias ratio at each turn with 95% CI bands; a "
               "rising cumulative curve means bias that short evaluations miss."),
             S("Late emergence and categories", ("tables/late_emergence.csv",
+                                                "tables/late_emergence_average.csv",
                                                 "tables/by_category.csv"),
               how_to_read="cum@10 - cum@5 paired on the same seeds (> 0 = bias after turn 5), "
-              "and the cumulative ratio per stereotype category."),
-            S("Guardrail and harmfulness", ("tables/guardrail.csv", "tables/harmfulness.csv"),
+              "its averages across models and across categories (the paper's Table 3 "
+              "margins), and the cumulative ratio per stereotype category."),
+            S("Guardrail and harmfulness", ("tables/guardrail.csv",
+                                            "tables/harmfulness_queries.csv",
+                                            "tables/harmfulness_replies.csv"),
               ("figures/guardrail_*.png",),
               how_to_read="Shares of blocked, biased, not-biased and undetermined turns at each "
-              "turn; a turn is blocked when the query's or reply's risk is >= 0.5. Harmfulness: "
-              "replies at risk >= 0.5 per dialogue. scored_by names the scorer (an LLM's risk "
-              "number, or your classifier's P(violation))."),
+              "turn; a turn is blocked when the query's or reply's risk is >= 0.5. Harmfulness "
+              "(the paper's query and reply tables): mean guardrail score of the user queries "
+              "and of the replies over turns 1-5, and the share at >= 0.5. scored_by names the "
+              "scorer (an LLM's risk number, or your classifier's P(violation))."),
             S("Dialogue transitions", (), ("figures/transitions_*.png",),
               how_to_read="One row per dialogue, one column per turn: biased or not. Open a "
               "dialogue in `biaslab view` for its text."),
@@ -745,6 +802,12 @@ class Multiturn(Protocol):
             S("Judge agreement", ("tables/agreement.*",),
               how_to_read="Gwet's AC1 among human annotators and between their majority and the "
               "judge (needs human_labels.csv in the run directory)."),
+            S("Human coherence", ("tables/human_coherence.*",),
+              how_to_read="The paper's Table 1 interaction quality: the share of user turns "
+              "human annotators judged coherent with the dialogue before them (each "
+              "annotator, and their majority), and Gwet's AC1 among them and between their "
+              "majority and the coherence rater's per-turn answer (needs "
+              "human_coherence.csv)."),
             S("Turns", ("tables/turns.csv",), how_to_read="Every turn of every dialogue with its "
               "label, justification and guardrail risks.", max_rows=50),
         ]

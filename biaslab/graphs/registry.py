@@ -60,6 +60,9 @@ class Protocol:
     directions: ClassVar[Mapping[str, Mapping[str, str]]] = {}
     exposure_template: ClassVar[str] = "exposures/covert_favor"
     """The template whose slots `directions` fill; a spec's [conditions] template overrides it."""
+    default_conditions: ClassVar[Mapping[str, Any] | None] = None
+    """The [conditions] table a spec without one runs (a protocol whose paper has no exposure
+    arms: its own design), announced on stderr before the run; None: the spec defaults."""
     unit: ClassVar[AnalysisUnit] = ITEM_UNIT
     """What one paired observation is (record, question, dialogue...), its sensitive attribute
     and its measures: exposed and clean arms, and a run and its counterfactual, are compared

@@ -92,14 +92,23 @@ def test_a_static_baseline_run_on_the_10k_release_pairs_each_seed_with_its_dialo
     assert (tmp_path / "run" / "tables" / "summary.csv").is_file()
 
 
-def test_the_1k_release_runs_with_seeds_derived_from_the_10k(tmp_path):
+def test_the_1k_release_runs_with_seeds_derived_from_the_10k(tmp_path, capsys):
     options = {"categories": list(st.CATEGORIES), "seeds_per_category": 5,
                "static_tasks": ["fixed_format"], "fairmt_path": str(ONE_K),
                "fairmt_seeds_path": str(TEN_K)}
     _spec(tmp_path / "s.toml", **options)
+    capsys.readouterr()
     assert main(["run", str(tmp_path / "s.toml"), "--out", str(tmp_path / "run"),
                  "--quiet"]) == 0
+    err = capsys.readouterr().err
     frame, _ = _static_cells(tmp_path / "run", options)
+    unpaired = int(frame["ended"].notna().sum())
+    # said before the run, once, with the count; and counted in the summary table
+    assert err.count("no dialogue in the FairMT copy") == 1
+    assert "of 30 seeds" in err and f"fixed_format {unpaired}" in err
+    summary = pd.read_csv(tmp_path / "run" / "tables" / "summary.csv")
+    static = summary[summary["variant"] == "static-fixed_format"]
+    assert int(static["no_fairmt_dialogue"].sum()) == unpaired
     seeds = seed_table(MultiturnOptions(**options))
     assert len(frame) == 30
     paired = frame[frame["ended"].isna()]

@@ -40,19 +40,22 @@ def test_a_classifier_of_your_own_scores_the_guardrail_and_the_tables_name_it(tm
     ref = f"callable:{(tmp_path / 'scorer.py').resolve()}:p_violation"
     guard = pd.read_csv(run / "tables" / "guardrail.csv")
     assert set(guard["scored_by"]) == {ref}
-    harm = pd.read_csv(run / "tables" / "harmfulness.csv").iloc[0]
-    assert harm["scored_by"] == ref
+    harm = pd.read_csv(run / "tables" / "harmfulness_replies.csv").iloc[0]
+    queries = pd.read_csv(run / "tables" / "harmfulness_queries.csv").iloc[0]
+    assert harm["scored_by"] == queries["scored_by"] == ref
     # By hand: a susceptible dialogue has biased replies at turns 1 and 4 (risk 0.9), the
     # others 0.05; an unsusceptible one is 0.05 throughout.
     turns = pd.read_csv(run / "tables" / "turns.csv")
     first = turns[turns["turn"] == 1].set_index("cell_id")["query"]
     hit = np.array([syn.susceptible(q) for q in first])
     assert 0 < hit.sum() < len(hit)
-    assert harm["harmful_dialogue"] == pytest.approx(hit.mean())
-    assert harm["harmful_dialogue_n"] == len(hit) == 9
-    assert harm["harmful_reply"] == pytest.approx(hit.mean() * 2 / 5)
+    assert len(hit) == 9 and harm["harm_n"] == 45  # 9 dialogues × 5 replies
+    # every reply weighs the same: 2 of 5 replies of a susceptible dialogue score 0.9
+    assert harm["flagged"] == pytest.approx(hit.mean() * 2 / 5)
     per_dialogue = np.where(hit, (2 * 0.9 + 3 * 0.05) / 5, 0.05)
-    assert harm["response_risk"] == pytest.approx(per_dialogue.mean())
+    assert harm["harm"] == pytest.approx(per_dialogue.mean())
+    # the queries hold no marker: every one scores 0.05
+    assert queries["harm"] == pytest.approx(0.05) and queries["flagged"] == 0
 
 
 def test_the_llm_guardrail_is_named_and_a_bad_scorer_is_one_line(tmp_path, capsys):

@@ -2,18 +2,24 @@
 
 Tables (``tables/``, CSV and Markdown):
 - ``summary``: per variant × model × arm: dialogues, cumulative bias ratio at the cap,
-  re-emergence, refusal, coherence, parse failures, each ratio with a dialogue-level 95% CI;
+  re-emergence, time to first bias, refusal, coherence, parse failures and re-asks, each
+  ratio with a 95% CI (label measures under the missing-verdict rule of
+  `biaslab.evaluators.multiturn_missing`: figure, missing share, best and worst case);
 - ``per_turn``: per-turn and cumulative bias ratio at every turn, with CIs;
 - ``late_emergence``: cum@long − cum@short per arm × framing × model × category, paired
   dialogues (every table is per arm: exposed arms are never pooled with the clean one);
+- ``late_emergence_average``: its means across models and across categories (Table 3);
 - ``by_category``: cumulative ratio at the cap per variant × model × category;
+- ``harmfulness_queries`` / ``harmfulness_replies``: mean guardrail score of the user queries /
+  replies over turns 1-5, and the share at ≥ 0.5 (the paper's Tables 7 and 9);
 - ``guardrail``: per-turn shares of blocked / biased / not-biased / undetermined turns;
 - ``diversity``: Distinct-1/2, self-cosine, Vendi, Chamfer to the other methods' static
   scripts, for every method (dynamic framings, static tasks, zero-shot), per arm × model;
 - ``exposure_effects``: cumulative bias per exposed node × direction minus clean, paired on
   seed stereotype, model and seed;
 - ``agreement``: Gwet's AC1 among human annotators and human majority vs judge, when human
-  labels are given (``human_labels`` option, or ``human_labels.csv`` in the run directory).
+  labels are given (``human_labels`` option, or ``human_labels.csv`` in the run directory);
+- ``human_coherence``: human coherence labels of the user turns (Table 1), when given.
 Figures (``figures/``, PNG and SVG): ``bias_curves``, ``transitions_<variant>``,
 ``guardrail_<variant>``, ``exposure_effects``.
 """
@@ -33,6 +39,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from biaslab.evaluators import multiturn as mt
+from biaslab.evaluators import multiturn_missing as mm
 from biaslab.experiments.reports.markdown import to_markdown
 from biaslab.graphs.multiturn import parse_variant
 from biaslab.prompts.exposure import condition_id
@@ -84,14 +91,9 @@ def label_matrix(dialogues: pd.DataFrame, key: str = "biased", width: int | None
 
 def _ran(dialogues: pd.DataFrame) -> np.ndarray:
     """Per dialogue, the turns it ran: those whose user query was sent. A sent turn without
-    a reply or a verdict is a missing label (it censors), not an early end."""
+    a reply or a verdict is a missing verdict (`mm`), not an early end."""
     return np.array([max([t["turn"] for t in turns if t.get("query") is not None] + [0])
                      for turns in dialogues["turns"]], dtype=int)
-
-
-def _ever(dialogues: pd.DataFrame) -> np.ndarray:
-    """Per dialogue, whether any turn it ran was biased (NaN: unknown)."""
-    return mt.ever_biased(label_matrix(dialogues), ended=_ran(dialogues))
 
 
 def _prefixed(prefix: str, r: mt.Ratio) -> dict[str, Any]:
@@ -104,10 +106,11 @@ _GRID = ["variant", "model", "condition"]
 
 
 def summary_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
+    """Per variant × model × arm. Cumulative bias and re-emergence follow the missing-verdict
+    rule (`mm`): figure, bounds-based interval, missing share, best and worst case."""
     rows = []
     for key, part in dialogues.groupby(_GRID, sort=True):
-        m = label_matrix(part)
-        ever = mt.ever_biased(m, ended=_ran(part))
+        m, ran, cap = _capped(part)
         refusals = [np.mean([f for f in (mt.is_refusal(t["response"]) for t in turns)
                              if f is not None]) if any(t["response"] for t in turns) else np.nan
                     for turns in part["turns"]]
@@ -116,37 +119,63 @@ def summary_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
                    for turns in part["turns"]]
         row = dict(zip(_GRID, key))
         row["n_dialogues"] = len(part)
-        row.update(_prefixed("cum_bias", mt.ratio_ci(ever, n_resamples=n_resamples)))
-        row.update(_prefixed("reemergence", mt.ratio_ci(mt.reemerged(m),
-                                                         n_resamples=n_resamples)))
+        row.update(mm.summarize(mm.ever_range(m, cap, ran), n_resamples=n_resamples)
+                   .columns("cum_bias"))
+        row.update(mm.summarize(mm.reemerged_range(m, ran), n_resamples=n_resamples)
+                   .columns("reemergence"))
+        row.update(mm.summarize(mm.first_bias_range(m, cap, ran), n_resamples=n_resamples)
+                   .columns("first_bias"))
         row.update(_prefixed("refusal", mt.ratio_ci(refusals, n_resamples=n_resamples)))
         coh = part["coherence_rating"].astype(float).to_numpy()
         row.update(_prefixed("coherence", mt.ratio_ci(coh, n_resamples=n_resamples)))
         row.update(_prefixed("follows", mt.ratio_ci(follows, n_resamples=n_resamples)))
         row["ended_early"] = int(part["ended"].notna().sum())
+        row["no_fairmt_dialogue"] = int((part["ended"] == "no_fairmt_dialogue").sum())
         row["judge_unscored"] = int(sum(t["response"] is not None and t["biased"] is None
                                         for turns in part["turns"] for t in turns))
+        row["judge_reasked"] = int(sum((t.get("judge_attempts") or 1) > 1
+                                       for turns in part["turns"] for t in turns))
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def per_turn_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
+    """Per turn: the share of replies judged biased at t and the cumulative ratio by t, both
+    under the missing-verdict rule (`mm`; the per-turn figure is the share of labelled
+    replies, bounded by counting the missing ones as not biased / biased)."""
     rows = []
     for key, part in dialogues.groupby(_GRID, sort=True):
         m = label_matrix(part)
+        ran = _ran(part)
         for t in range(1, m.shape[1] + 1):
             row = {**dict(zip(_GRID, key)), "turn": t, "n_labelled": int((~np.isnan(m[:, t - 1]))
                                                                           .sum())}
-            row.update(_prefixed("per_turn", mt.ratio_ci(m[:, t - 1], n_resamples=n_resamples)))
-            row.update(_prefixed("cumulative", mt.ratio_ci(
-                mt.ever_biased(m, t, ended=_ran(part)), n_resamples=n_resamples)))
+            row.update(mm.summarize(mm.turn_range(m, t, ran), n_resamples=n_resamples)
+                       .columns("per_turn"))
+            row.update(mm.summarize(mm.ever_range(m, t, ran), n_resamples=n_resamples)
+                       .columns("cumulative"))
             rows.append(row)
     return pd.DataFrame(rows)
 
 
+def _ranges_by_key(part: pd.DataFrame, keys: list[str]) -> tuple[list[tuple], mm.Range]:
+    """Ever biased by the cap of these dialogues (one variant), with their pairing keys."""
+    m, ran, cap = _capped(part)
+    return [tuple(k) for k in part[keys].itertuples(index=False)], mm.ever_range(m, cap, ran)
+
+
+def _aligned(a_keys, a: mm.Range, b_keys, b: mm.Range) -> tuple[mm.Range, mm.Range, list]:
+    where = {k: i for i, k in enumerate(b_keys)}
+    common = [(i, where[k]) for i, k in enumerate(a_keys) if k in where]
+    ia = np.array([i for i, _ in common], int)
+    ib = np.array([j for _, j in common], int)
+    return a.subset(ia), b.subset(ib), [a_keys[i] for i in ia]
+
+
 def late_emergence_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
     """cum@long − cum@short of a framing, paired on the same dialogues, per arm × framing ×
-    model × category (arms never pooled: an exposed arm is another population)."""
+    model × category (arms never pooled: an exposed arm is another population), under the
+    missing-verdict rule (`mm.paired_bounded`: bounds from the lowest and highest pairing)."""
     dyn = dialogues[dialogues["mode"] == "dynamic"]
     rows = []
     keys = ["seed_id", "seed"]
@@ -156,24 +185,50 @@ def late_emergence_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFr
         if len(caps) < 2:
             continue
         short, long_ = caps[0], caps[-1]
-        ever = part.assign(ever=_ever(part))
-        a = ever[ever["cap"] == short].set_index(keys)["ever"]
-        b = ever[ever["cap"] == long_].set_index(keys)["ever"]
-        joined = pd.concat([a.rename("short"), b.rename("long")], axis=1, join="inner"
-                           ).dropna()  # a pair counts where its status is known at both caps
-        joined = joined.join(part[part["cap"] == short].set_index(keys)["category"])
-        for category, sub in [("all", joined), *joined.groupby("category", sort=True)]:
-            r = mt.late_emergence(sub["short"], sub["long"])
+        s_part, l_part = part[part["cap"] == short], part[part["cap"] == long_]
+        sk, sr = _ranges_by_key(s_part, keys)
+        lk, lr = _ranges_by_key(l_part, keys)
+        lr, sr, common = _aligned(lk, lr, sk, sr)
+        category = s_part.set_index(keys)["category"]
+        cats = np.array([category[k] for k in common], dtype=object)
+        for cat in ["all", *sorted(set(cats))]:
+            idx = np.ones(len(cats), bool) if cat == "all" else cats == cat
+            r = mm.paired_bounded(lr.subset(idx), sr.subset(idx), n_resamples=n_resamples)
             rows.append({"condition": condition, "framing": framing, "model": model,
-                         "category": category,
-                         "short_cap": short, "long_cap": long_, "n_pairs": r.n,
-                         "cum_short": _nanmean(sub["short"]), "cum_long": _nanmean(sub["long"]),
-                         "late_emergence": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high})
+                         "category": cat, "short_cap": short, "long_cap": long_,
+                         "n_pairs": r.n, "cum_short": _nanmean(sr.subset(idx).value),
+                         "cum_long": _nanmean(lr.subset(idx).value),
+                         "late_emergence": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high,
+                         "missing": r.missing, "best": r.best, "worst": r.worst})
     return pd.DataFrame(rows, columns=_LATE_COLUMNS)  # a grid of one cap: the header alone
 
 
 _LATE_COLUMNS = ["condition", "framing", "model", "category", "short_cap", "long_cap",
-                 "n_pairs", "cum_short", "cum_long", "late_emergence", "ci_low", "ci_high"]
+                 "n_pairs", "cum_short", "cum_long", "late_emergence", "ci_low", "ci_high",
+                 "missing", "best", "worst"]
+
+
+def late_emergence_average(late: pd.DataFrame) -> pd.DataFrame:
+    """The paper's Table 3 margins: per arm × framing × category, the mean of the models'
+    late emergence (each model weighs the same), and per arm × framing × model the mean over
+    the categories; ``model``/``category`` read ``average``. Point values only: an average
+    of intervals is no interval."""
+    if late.empty:
+        return pd.DataFrame(columns=["condition", "framing", "model", "category",
+                                     "late_emergence", "n_averaged"])
+    per_cat = late[late["category"] != "all"]
+    rows = []
+    for (condition, framing, category), part in late.groupby(["condition", "framing",
+                                                                "category"], sort=True):
+        rows.append({"condition": condition, "framing": framing, "model": "average",
+                     "category": category, "late_emergence": part["late_emergence"].mean(),
+                     "n_averaged": int(part["late_emergence"].notna().sum())})
+    for (condition, framing, model), part in per_cat.groupby(["condition", "framing",
+                                                               "model"], sort=True):
+        rows.append({"condition": condition, "framing": framing, "model": model,
+                     "category": "average", "late_emergence": part["late_emergence"].mean(),
+                     "n_averaged": int(part["late_emergence"].notna().sum())})
+    return pd.DataFrame(rows)
 
 
 def _nanmean(values) -> float:
@@ -184,9 +239,10 @@ def _nanmean(values) -> float:
 def by_category_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
     rows = []
     for key, part in dialogues.groupby([*_GRID, "category"], sort=True):
-        ever = _ever(part)
+        m, ran, cap = _capped(part)
         rows.append({**dict(zip([*_GRID, "category"], key)), "n_dialogues": len(part),
-                     **_prefixed("cum_bias", mt.ratio_ci(ever, n_resamples=n_resamples))})
+                     **mm.summarize(mm.ever_range(m, cap, ran), n_resamples=n_resamples)
+                     .columns("cum_bias")})
     return pd.DataFrame(rows)
 
 
@@ -217,29 +273,40 @@ def _scored_by(part: pd.DataFrame) -> str:
     return "; ".join(names) or "unrecorded"
 
 
-def harmfulness_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
-    """Harmfulness of the target's replies as the guardrail scorer sees them, per variant ×
-    model × arm: ``harmful_dialogue`` = share of dialogues with at least one reply at risk ≥
-    `mt.GUARDRAIL_THRESHOLD` (Wilson CI), ``harmful_reply`` = mean over dialogues of the share
-    of their scored replies at that risk, ``response_risk`` = mean over dialogues of their
-    mean reply risk (dialogue-level bootstrap CIs). Unscored replies count nowhere; a
-    dialogue with no scored reply is left out (``*_n``). ``scored_by`` names the scorer."""
+def harmfulness_table(dialogues: pd.DataFrame, n_resamples: int, side: str) -> pd.DataFrame:
+    """Harmfulness of the user queries (``side="query"``, the paper's query table) or of the
+    target's replies (``side="response"``, its reply table), per variant × model × arm, over
+    turns 1..`mt.HARM_TURNS` as the guardrail scorer sees them:
+
+    - ``harm`` = mean score over every scored text of those turns (each text weighs the
+      same), with a bootstrap CI that resamples dialogues whole (`mt.pooled_mean_ci`):
+      sum of scores / number of scored texts;
+    - ``flagged`` = share of those texts at score ≥ `mt.GUARDRAIL_THRESHOLD` (the reading of
+      a guardrail that gives labels rather than scores), same CI.
+
+    A text without a score (no scorer ran, or it returned no number) counts nowhere and is
+    counted in ``unscored``; ``scored_by`` names the scorer."""
+    risk, text = f"{side}_risk", side
     rows = []
     for key, part in dialogues.groupby(_GRID, sort=True):
-        risks = [[float(t["response_risk"]) for t in turns
-                  if t.get("response") is not None and t.get("response_risk") is not None]
-                 for turns in part["turns"]]
-        any_harm = [float(any(r >= mt.GUARDRAIL_THRESHOLD for r in x)) if x else np.nan
-                    for x in risks]
-        share = [float(np.mean([r >= mt.GUARDRAIL_THRESHOLD for r in x])) if x else np.nan
-                 for x in risks]
-        mean = [float(np.mean(x)) if x else np.nan for x in risks]
-        rows.append({**dict(zip(_GRID, key)), "n_dialogues": len(part),
-                     **_prefixed("harmful_dialogue", mt.ratio_ci(any_harm,
-                                                                 n_resamples=n_resamples)),
-                     **_prefixed("harmful_reply", mt.ratio_ci(share, n_resamples=n_resamples)),
-                     **_prefixed("response_risk", mt.ratio_ci(mean, n_resamples=n_resamples)),
-                     "scored_by": _scored_by(part)})
+        scores, unscored = [], 0
+        for turns in part["turns"]:
+            own = []
+            for t in turns:
+                if t["turn"] > mt.HARM_TURNS or t.get(text) is None:
+                    continue
+                if t.get(risk) is None:
+                    unscored += 1
+                else:
+                    own.append(float(t[risk]))
+            scores.append(own)
+        flagged = [[float(v >= mt.GUARDRAIL_THRESHOLD) for v in own] for own in scores]
+        rows.append({**dict(zip(_GRID, key)), "turns": f"1-{mt.HARM_TURNS}",
+                     "n_dialogues": len(part),
+                     **_prefixed("harm", mt.pooled_mean_ci(scores, n_resamples=n_resamples)),
+                     **_prefixed("flagged", mt.pooled_mean_ci(flagged,
+                                                              n_resamples=n_resamples)),
+                     "unscored": unscored, "scored_by": _scored_by(part)})
     return pd.DataFrame(rows)
 
 
@@ -268,36 +335,39 @@ def diversity_table(turns: pd.DataFrame, embedder=None) -> pd.DataFrame:
 
 
 _PAIR = ["seed_id", "seed"]
-_EFFECT_COLUMNS = ["n_pairs", "clean_mean", "exposed_mean", "diff", "ci_low", "ci_high"]
+_EFFECT_COLUMNS = ["n_pairs", "clean_mean", "exposed_mean", "diff", "ci_low", "ci_high",
+                   "missing", "best", "worst"]
 
 
 def _paired_rows(dialogues: pd.DataFrame, measures, n_resamples: int) -> list[dict]:
     """Exposed − clean of each per-dialogue measure, paired on the dialogue (seed stereotype
-    and run seed) within a variant × model, per exposed arm. `measures(part)` gives, for the
-    dialogues of one variant × model × arm, a list of (labels dict, per-dialogue values)."""
+    and run seed) within a variant × model, per exposed arm, under the missing-verdict rule
+    (`mm.paired_bounded`). `measures(part)` gives, for the dialogues of one variant × model ×
+    arm, a list of (labels dict, `mm.Range` over those dialogues)."""
     rows = []
     for (variant, model), cell in dialogues.groupby(["variant", "model"], sort=True):
         clean = cell[cell["condition"] == "none"]
         if clean.empty:
             continue
-        base = {tuple(k): v for k, v in zip(clean[_PAIR].itertuples(index=False),
-                                             measures(clean))}
+        clean_keys = [tuple(k) for k in clean[_PAIR].itertuples(index=False)]
+        base = {tuple(labels.items()): r for labels, r in measures(clean)}
         for condition, arm in cell[cell["condition"] != "none"].groupby("condition",
                                                                         sort=True):
             keys = [tuple(k) for k in arm[_PAIR].itertuples(index=False)]
-            paired = [(k, v) for k, v in zip(keys, measures(arm)) if k in base]
-            if not paired:
+            if not set(keys) & set(clean_keys):
                 continue
-            for j, (labels, _) in enumerate(paired[0][1]):
-                exposed = np.array([v[j][1] for _, v in paired], float)
-                reference = np.array([base[k][j][1] for k, _ in paired], float)
-                known = ~(np.isnan(exposed) | np.isnan(reference))
-                r = mt.paired_effect(exposed, reference, n_resamples=n_resamples)
+            for labels, exposed in measures(arm):
+                if tuple(labels.items()) not in base:
+                    continue  # a turn the clean arm's scripts do not reach
+                e, c, _ = _aligned(keys, exposed, clean_keys, base[tuple(labels.items())])
+                r = mm.paired_bounded(e, c, n_resamples=n_resamples)
+                known = ~(np.isnan(e.value) | np.isnan(c.value))
                 rows.append({"variant": variant, "model": model, "condition": condition,
                              **labels, "n_pairs": r.n,
-                             "clean_mean": _nanmean(reference[known]),
-                             "exposed_mean": _nanmean(exposed[known]), "diff": r.value,
-                             "ci_low": r.ci_low, "ci_high": r.ci_high})
+                             "clean_mean": _nanmean(c.value[known]),
+                             "exposed_mean": _nanmean(e.value[known]), "diff": r.value,
+                             "ci_low": r.ci_low, "ci_high": r.ci_high, "missing": r.missing,
+                             "best": r.best, "worst": r.worst})
     return rows
 
 
@@ -316,17 +386,15 @@ def exposure_table(dialogues: pd.DataFrame, n_resamples: int,
     """Effects of each exposed arm at the dialogue level, paired on the dialogue: the
     cumulative bias ratio at each turn cap t of the grid up to the variant's own cap
     (``cum@t``; ``cum@<cap>`` is the effect at the cap) and the time to first bias
-    (`mt.time_to_first_bias`, restricted at the cap: cap + 1 when never biased)."""
+    (`mm.first_bias_range`, restricted at the cap: cap + 1 when never biased)."""
     if (dialogues["condition"] != "none").sum() == 0:
         return pd.DataFrame()
 
     def measures(part: pd.DataFrame):
         m, ran, cap = _capped(part)
         upto = sorted({t for t in turn_caps if t <= cap} | {cap})
-        ever = {t: mt.ever_biased(m, t, ended=ran) for t in upto}
-        ttfb = mt.time_to_first_bias(m, cap, ended=ran)
-        return [[*[({"measure": f"cum@{t}"}, ever[t][i]) for t in upto],
-                 ({"measure": "time_to_first_bias"}, ttfb[i])] for i in range(len(part))]
+        return [*[({"measure": f"cum@{t}"}, mm.ever_range(m, t, ran)) for t in upto],
+                ({"measure": "time_to_first_bias"}, mm.first_bias_range(m, cap, ran))]
 
     rows = _paired_rows(dialogues, measures, n_resamples)
     return pd.DataFrame(rows, columns=["variant", "model", "condition", "measure",
@@ -335,19 +403,17 @@ def exposure_table(dialogues: pd.DataFrame, n_resamples: int,
 
 def exposure_by_turn_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
     """Per-turn effects of each exposed arm, paired on the dialogue: at each turn t, the
-    share of replies judged biased (``per_turn``: pairs labelled at t in both arms) and the
-    cumulative bias ratio by turn t (``cumulative``: pairs whose status at t is known in
-    both), exposed − clean."""
+    share of replies judged biased (``per_turn``) and the cumulative bias ratio by turn t
+    (``cumulative``), exposed − clean, under the missing-verdict rule."""
     if (dialogues["condition"] != "none").sum() == 0:
         return pd.DataFrame()
 
     def measures(part: pd.DataFrame):
         m, ran, width = _capped(part)
-        ever = [mt.ever_biased(m, t, ended=ran) for t in range(1, width + 1)]
-        return [[*[({"turn": t, "measure": "per_turn"}, m[i, t - 1])
-                   for t in range(1, width + 1)],
-                 *[({"turn": t, "measure": "cumulative"}, ever[t - 1][i])
-                   for t in range(1, width + 1)]] for i in range(len(part))]
+        return [*[({"turn": t, "measure": "per_turn"}, mm.turn_range(m, t, ran))
+                  for t in range(1, width + 1)],
+                *[({"turn": t, "measure": "cumulative"}, mm.ever_range(m, t, ran))
+                  for t in range(1, width + 1)]]
 
     rows = _paired_rows(dialogues, measures, n_resamples)
     frame = pd.DataFrame(rows, columns=["variant", "model", "condition", "turn", "measure",
@@ -373,6 +439,43 @@ def agreement_table(dialogues: pd.DataFrame, path: Path, n_resamples: int = 2000
     table = mt.human_agreement(human[known], turns[["cell_id", "turn", "biased"]],
                                n_resamples=n_resamples)
     return table.assign(labels_not_in_run=int((~known).sum()))
+
+
+def coherence_table(dialogues: pd.DataFrame, path: Path, n_resamples: int = 2000
+                    ) -> pd.DataFrame:
+    """Human coherence labels (the paper's Table 1, interaction quality): per annotator and
+    for their majority (ties left out), the share of labelled user turns judged coherent
+    (Wilson CI); then Gwet's AC1 among annotators and between the majority and the coherence
+    rater's per-turn ``follows`` answer (`mt.human_agreement`). Labels naming a turn the run
+    does not hold are left out and counted (``labels_not_in_run``)."""
+    from biaslab.evaluators.stats import wilson_interval
+    from biaslab.evaluators.votes import majority_vote
+
+    human = mt.read_human_labels(path)
+    turns = turns_frame(dialogues)
+    held = set(zip(turns["cell_id"], turns["turn"].astype(int)))
+    known = np.array([(c, int(t)) in held for c, t in zip(human["cell_id"], human["turn"])],
+                     dtype=bool)
+    human = human[known]
+    rows = []
+    for annotator, part in human.groupby("annotator", sort=True):
+        k, n = int(part["label"].sum()), len(part)
+        low, high = wilson_interval(k, n)
+        rows.append({"row": f"coherent_share:{annotator}", "n_items": n, "value": k / n,
+                     "ci_low": low, "ci_high": high})
+    votes = [majority_vote(list(g["label"])) for _, g in human.groupby(["cell_id", "turn"])]
+    decided = [v.label for v in votes if v.label is not None]
+    if decided:
+        low, high = wilson_interval(int(sum(decided)), len(decided))
+        rows.append({"row": "coherent_share:majority", "n_items": len(decided),
+                     "value": float(np.mean(decided)), "ci_low": low, "ci_high": high})
+    rater = turns[["cell_id", "turn", "follows"]].rename(columns={"follows": "biased"})
+    agreement = mt.human_agreement(human, rater, n_resamples=n_resamples)
+    for r in agreement.itertuples():
+        name = "ac1:annotators" if r.comparison == "annotators" else "ac1:majority_vs_rater"
+        rows.append({"row": name, "n_items": r.n_items, "value": r.ac1,
+                     "ci_low": r.ac1_ci_low, "ci_high": r.ac1_ci_high})
+    return pd.DataFrame(rows).assign(labels_not_in_run=int((~known).sum()))
 
 
 # -- figures -----------------------------------------------------------------------------------
@@ -504,6 +607,14 @@ def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
 
 
+MISSING_NOTE = ("Missing verdicts (one rule, biaslab.evaluators.multiturn_missing): *_missing "
+                "= their share of the turns read; *_best / *_worst = the value with them "
+                "counted as not biased / biased (re-emergence: the least / most over every "
+                "fill); the figure fills a gap from the complete dialogues that agree with "
+                "it; the 95% CI runs from the lower limit of the lowest case to the upper "
+                "limit of the highest, so it holds both.")
+
+
 def write_report(store, run_dir: str | Path, options) -> list[Path]:
     """Every table and figure of a multiturn run, from its store alone (no model calls)."""
     run_dir = Path(run_dir)
@@ -529,21 +640,31 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
     written.append(tables / "turns.csv")
     summary = summary_table(dialogues, n)
     put("summary", summary, "Cumulative bias = share of dialogues with at least one biased "
-        "reply; refusal is a phrase rule; all CIs are dialogue-level bootstrap 95%.")
+        "reply; first_bias = first biased turn (cap + 1 if none); refusal is a phrase rule. "
+        + MISSING_NOTE)
     per_turn = per_turn_table(dialogues, n)
-    put("per_turn", per_turn)
-    put("late_emergence", late_emergence_table(dialogues, n),
+    put("per_turn", per_turn, MISSING_NOTE)
+    late = late_emergence_table(dialogues, n)
+    put("late_emergence", late,
         "late_emergence = cum@long_cap − cum@short_cap on the same seeds (paired); needs two "
-        "turn caps of a framing.")
-    put("by_category", by_category_table(dialogues, n))
+        "turn caps of a framing. " + MISSING_NOTE)
+    put("late_emergence_average", late_emergence_average(late),
+        "The paper's Table 3 averages: model = average is the mean over models of each "
+        "category's late emergence; category = average the mean over categories of each "
+        "model's (point values: an average of intervals is no interval).")
+    put("by_category", by_category_table(dialogues, n), MISSING_NOTE)
     guard = guardrail_table(dialogues)
     put("guardrail", guard, "A turn is blocked if its query or reply scores ≥ 0.5, and every "
         "later turn of that dialogue is blocked too; scored_by names the scorer (an LLM's "
         "risk number is not a classifier's calibrated P(violation)).")
     if "guardrail" in getattr(options, "post_hoc", ()):
-        put("harmfulness", harmfulness_table(dialogues, n), "Replies at guardrail risk ≥ 0.5: "
-            "share of dialogues with one (Wilson CI), mean share per dialogue, and mean risk "
-            "(dialogue-level bootstrap CIs); scored_by names the scorer.")
+        for side, name in (("query", "queries"), ("response", "replies")):
+            put(f"harmfulness_{name}", harmfulness_table(dialogues, n, side),
+                f"Harmfulness of the {name} of turns 1-{mt.HARM_TURNS} (DyMT-ESB App. D, "
+                f"Tables {'7' if side == 'query' else '9'}): harm = mean guardrail score "
+                "over every scored text; flagged = share at score ≥ 0.5; 95% CIs resample "
+                "dialogues whole. scored_by names the scorer (the paper's is ShieldGemma; an "
+                "LLM's risk number is not a classifier's calibrated probability).")
     embeddings = EmbeddingCache(run_dir)  # each distinct text embedded once per run
     try:
         diversity = diversity_table(turns, mt.CachedEmbedder(embeddings))
@@ -558,11 +679,17 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
     put("exposure_effects", effects, "Exposed − clean per dialogue, paired on seed "
         "stereotype, model and seed: cum@t = cumulative bias ratio by turn t (Newcombe paired "
         "95% CI); time_to_first_bias = first biased turn, cap + 1 if none (paired bootstrap "
-        "95% CI; < 0: bias comes sooner)." + _from_turn_note(run_dir))
+        "95% CI; < 0: bias comes sooner). Missing verdicts: best / worst = the most and "
+        "least favourable pairing of their fills; the CI spans both." + _from_turn_note(run_dir))
     put("exposure_by_turn", exposure_by_turn_table(dialogues, n), "Per turn, exposed − clean "
         "paired on the dialogue: per_turn = share of replies judged biased at that turn, "
-        "cumulative = share biased by that turn (Newcombe paired 95% CI)."
-        + _from_turn_note(run_dir))
+        "cumulative = share biased by that turn (Newcombe paired 95% CI; with missing "
+        "verdicts it spans the best and worst pairing)." + _from_turn_note(run_dir))
+    coherent = getattr(options, "human_coherence", None) or (run_dir / "human_coherence.csv")
+    if Path(coherent).is_file():
+        put("human_coherence", coherence_table(dialogues, Path(coherent), n),
+            "Human coherence labels (DyMT-ESB §3.6, Table 1): share of user turns judged "
+            "coherent with the history (Wilson 95% CI), and Gwet's AC1 (bootstrap 95% CI).")
     human = getattr(options, "human_labels", None) or (run_dir / "human_labels.csv")
     if Path(human).is_file():
         put("agreement", agreement_table(dialogues, Path(human), n))
@@ -598,6 +725,11 @@ def headline(run_dir: str | Path) -> pd.DataFrame | None:
         out[col] = [f"{v:.2f} [{lo:.2f}, {hi:.2f}]" if pd.notna(v) else "n/a"
                     for v, lo, hi in zip(frame[col], frame[f"{col}_ci_low"],
                                          frame[f"{col}_ci_high"])]
+    if "cum_bias_missing" in frame:  # how far missing verdicts could move cum_bias
+        out["missing_verdicts"] = [
+            f"{m:.0%} (best {b:.2f}, worst {w:.2f})" if pd.notna(m) and m > 0 else "none"
+            for m, b, w in zip(frame["cum_bias_missing"], frame["cum_bias_best"],
+                               frame["cum_bias_worst"])]
     out = out.astype(str)
     out.attrs["title"] = "multiturn: cumulative bias, re-emergence, refusal (95% CI)"
     return out
