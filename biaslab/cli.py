@@ -372,6 +372,14 @@ def _protocol_from_arg(name_or_spec: str, plugins: list[str] | None):
     return get_protocol(name_or_spec), {}
 
 
+def cmd_biaslens_released(args) -> int:
+    from biaslab.experiments import biaslens_released as released
+
+    counts, _ = released.score_release(args.root, args.model, args.condition, args.out)
+    print(released.totals(counts).to_string(index=False))
+    return 0
+
+
 def cmd_graph(args) -> int:
     proto, raw_options = _protocol_from_arg(args.protocol, args.plugins)
     options = proto.parse_options(raw_options)
@@ -656,6 +664,15 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--eval-name", default="judge", help="rescore: evals/<name>/ directory")
     rp.add_argument("--quiet", action="store_true")
     rp.set_defaults(func=cmd_replay)
+
+    bl = sub.add_parser("biaslens-released", help="score the BiasLens authors' released "
+                        "answers with biaslab's oracles, against their script and counts")
+    bl.add_argument("root", help="a folder holding the origin's answers/ and results/")
+    bl.add_argument("--model", nargs="+", help="released model folders (default: all)")
+    bl.add_argument("--condition", nargs="+", default=["role"],
+                    choices=["role", "without_role"])
+    bl.add_argument("--out", help="write counts.csv and families.csv here")
+    bl.set_defaults(func=cmd_biaslens_released)
 
     g = sub.add_parser("graph", help="print a protocol's Mermaid diagram")
     g.add_argument("protocol", help="a protocol name, or a spec file (.toml) naming one")

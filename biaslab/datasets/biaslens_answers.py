@@ -53,8 +53,9 @@ def _read(path: Path) -> pd.DataFrame:
     return frame
 
 
-def load_released_answers(root: str | Path, model: str, condition: str = "role"
-                          ) -> pd.DataFrame:
+def load_released_answers(root: str | Path, model: str, condition: str = "role", *,
+                          bank_dir: str | Path | None = None,
+                          attributes: tuple[str, ...] | None = None) -> pd.DataFrame:
     """Every answer one released model gave, one row per question × repeat.
 
     Columns: ``model``, ``variant`` (role / no_role), ``attribute``, ``qid``, ``role``,
@@ -65,7 +66,7 @@ def load_released_answers(root: str | Path, model: str, condition: str = "role"
     Each file's rows are matched to the shipped bank's questions by role, type and text (the
     k-th occurrence to the k-th: a few released files list some questions in another order
     than the bank). A bank question a file lacks has no row for that sample; a file row that
-    is no bank question is an error, never dropped silently.
+    is no bank question is an error, never dropped silently. `attributes` reads only those.
 
     Raises:
         UserError: no answers for `model`, an unreadable file, or files that disagree.
@@ -74,13 +75,15 @@ def load_released_answers(root: str | Path, model: str, condition: str = "role"
     variant = CONDITIONS.get(condition, condition)
     if not folder.is_dir():
         raise UserError(f"no released answers for model '{model}' in {folder}")
-    bank = load_questions()
+    bank = load_questions(bank_dir)
     frames = []
-    for attribute in ATTRIBUTES:
+    for attribute in attributes or ATTRIBUTES:
         paths = [folder / f"{_STEM[attribute]}_answers_0{i}.csv" for i in (1, 2, 3)]
         if not any(p.is_file() for p in paths):
             continue
         questions = bank[bank["attribute"] == attribute]
+        if variant == "no_role":  # the released no-role files ask the stripped question
+            questions = questions.assign(question=questions["question_no_role"])
         keys = _keys(questions["role"], questions["type"], questions["question"])
         for sample, path in enumerate(paths):
             frame = _read(path)

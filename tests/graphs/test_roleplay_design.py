@@ -32,22 +32,30 @@ def _estimate(capsys, scale: str) -> dict:
 
 
 def test_paper_scale_estimates_the_papers_design(capsys):
-    # The bank: 32,864 questions, of which 10,972 are Why questions. Four of the paper's six
-    # targets have a route; each question is asked with and without its role, 3 times; each
-    # Why answer is graded by 3 judge runs; the classifier labels each question once per model.
-    questions, why, conditions, repeats, judges, models = 32_864, 10_972, 2, 3, 3, 4
-    target_calls = questions * conditions * repeats * models           # 788,736
-    judge_calls = why * conditions * repeats * judges * models         # 789,984
-    classifier_calls = questions * models                              # 131,456
+    # The bank: 32,864 questions, of which 10,972 are Why questions. The paper's ten targets
+    # (two by named stand-ins); each question is asked with and without its role, 3 times;
+    # each Why answer is graded by 3 judge runs; the classifier labels each question once per
+    # model.
+    questions, why, conditions, repeats, judges, models = 32_864, 10_972, 2, 3, 3, 10
+    target_calls = questions * conditions * repeats * models           # 1,971,840
+    judge_calls = why * conditions * repeats * judges * models         # 1,974,960
+    classifier_calls = questions * models                              # 328,640
     paper = _estimate(capsys, "paper")
-    assert paper["calls_estimate"] == target_calls + judge_calls + classifier_calls == 1_710_176
-    assert paper["by_variant"]["role"]["calls"] == 788_736 // 2 + 789_984 // 2
+    assert paper["calls_estimate"] == target_calls + judge_calls + classifier_calls == 4_275_440
+    assert paper["by_variant"]["role"]["calls"] == 1_971_840 // 2 + 1_974_960 // 2
 
     spec = load_spec(SPEC)
     plan = make_plan(spec, check_keys=False)
     cells = list(plan.cells())
     assert {c.condition.id for c in cells} == {"none"}  # the clean arm only
     assert len(spec.models) == models
+    # the paper's table, by route (stand-ins for the two no longer served)
+    assert {m.split(":", 1)[1] for m in spec.models} == {
+        "openai/gpt-4o-mini", "openai/gpt-5-mini", "qwen/qwen-2.5-72b-instruct",
+        "qwen/qwen3-235b-a22b-2507", "meta-llama/llama-3-8b-instruct",
+        "meta-llama/llama-3-70b-instruct", "google/gemini-2.5-flash", "z-ai/glm-4.5",
+        "deepseek/deepseek-chat", "mistralai/mistral-7b-instruct-v0.3"}
+    assert SPEC.read_text().count("STAND-IN for") == 2
     judge_models = {spec.nodes[n].model for n in ("why_judge_1", "why_judge_2", "why_judge_3",
                                                  "bias_type_classifier")}
     assert len(judge_models) == 1 and not judge_models & set(spec.models)
