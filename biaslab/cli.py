@@ -250,7 +250,7 @@ def cmd_replay(args) -> int:
     if args.mode == "rescore":
         if args.judge_node:
             return _judge_traces(args)
-        for path in replay.rescore(args.run_dir):
+        for path in replay.rescore(args.run_dir, args.out):
             print(f"wrote {path}")
         if args.sensitivity:
             return _judge_sensitivity(args)
@@ -314,7 +314,7 @@ def _judge_sensitivity(args) -> int:
     from biaslab.experiments.judge_sensitivity import judge_sensitivity
 
     result = judge_sensitivity(args.run_dir, judges=args.judges, progress=not args.quiet,
-                               concurrency=args.concurrency)
+                               concurrency=args.concurrency, out_dir=args.out)
     configs = result.runs[~result.runs["configuration"].str.contains("^(?:alternate:|panel$)")]
     computed = int((configs["status"] != "not computable").sum())
     flips = result.bands[result.bands["sign_flips"] | result.bands["significance_flips"]]
@@ -618,7 +618,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("replay", help="rescore, strictly replay, or re-run with one change")
     rp.add_argument("run_dir")
     rp.add_argument("--mode", required=True, choices=["rescore", "strict", "counterfactual"])
-    rp.add_argument("--out", help="directory for the replayed run")
+    rp.add_argument("--out", help="directory for the replayed run; rescore: for its tables "
+                    "(the run is then only read)")
     rp.add_argument("--node", help="counterfactual: the node to change")
     rp.add_argument("--prompt", help="counterfactual: the node's new prompt (id, id@variant, "
                                      "a .toml file, or @variant of the node's own prompts)")

@@ -163,6 +163,30 @@ def test_the_withheld_answer_is_no_verdict():
         parse_judge_label(WITHHELD)
 
 
+def _snapshot(folder: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_sensitivity_rescore_with_out_writes_there_and_leaves_the_run_untouched(
+        sensitivity, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(sensitivity, run)
+    before = _snapshot(run)
+    out = tmp_path / "rescored"
+    assert main(["replay", str(run), "--mode", "rescore", "--sensitivity", "--out", str(out),
+                 "--quiet"]) == 0
+    assert _snapshot(run) == before  # not one byte of the source run changed
+    bands = _why(pd.read_csv(out / "tables" / "judge_sensitivity.csv"))
+    assert bands.iloc[0]["flipped_by"] == "only:why_judge_3"
+    assert (out / "tables" / "table5.csv").is_file()
+    assert (out / "evals" / "judge_sensitivity" / "only-why_judge_3").is_dir()
+
+
 def test_sensitivity_needs_rescore_mode(sensitivity, tmp_path, capsys):
     assert main(["replay", str(sensitivity), "--mode", "strict", "--sensitivity",
                  "--out", str(tmp_path / "x")]) == 2
