@@ -231,9 +231,11 @@ def _judge_declarations() -> tuple[LLMNode, ...]:
 
 
 async def why_judges(state: RoleplayState, runtime: Runtime[CellContext]) -> dict:
-    """Three judges grade every parsed Why answer once. Judge j answers as sample j − 1, so
-    three judges bound to one model are three distinct calls (as in the paper's 3 judge runs),
-    not one cached answer; each judge is its own LLM node, exposable and bindable alone."""
+    """Three judges grade every parsed Why answer once. Judge j (0-based) on answer k answers
+    as sample ``k * 3 + j``: three judges bound to one model are three distinct calls (as in
+    the paper's 3 judge runs), and two answers to one question that happen to be word for
+    word the same are still two judgements (the paper judges every answer), never one cached
+    call. Each judge is its own LLM node, exposable and bindable alone."""
     ctx = runtime.context
     by_qid = {q["qid"]: q for q in state["questions"]}
 
@@ -241,7 +243,8 @@ async def why_judges(state: RoleplayState, runtime: Runtime[CellContext]) -> dic
         name, question = JUDGES[j], by_qid[qid]["question_no_role"]
         answer = await ask(ctx, name, {"question": question, "answer": text},
                            prompt=JUDGE_PROMPT, parser=oracles.parse_judge_label,
-                           constraint=JUDGE_GRAMMAR, item=f"{qid}#{sample}", sample=j,
+                           constraint=JUDGE_GRAMMAR, item=f"{qid}#{sample}",
+                           sample=sample * len(JUDGES) + j,
                            max_tokens=4, judged=(text, question))
         answer.raise_for_error(f"{name} on {qid} answer {sample}")
         return answer.value if answer.ok else None
