@@ -202,3 +202,31 @@ def test_identical_answers_to_one_question_are_judged_separately(tmp_path):
     assert len(judged) == 9
     assert judged["seed"].nunique() == 9
     assert not judged["cache_hit"].any()
+
+
+def test_the_question_generator_sees_its_types_own_example_patterns(tmp_path):
+    """The paper's generator prompt (§3.3, Figure 4) has an example section per question
+    type: each type's request carries its own patterns and no other type's."""
+    spec = {"name": "gen", "protocol": "roleplay_generate",
+            "models": ["scripted:roleplay-synthetic"],
+            "run": {"seeds": [42], "concurrency": 4, "retry_base_s": 0.0},
+            "conditions": {"targets": []},
+            "options": {"attributes": ["gender"], "roles_per_attribute": 2,
+                        "questions_per_role": 3}}
+    run = tmp_path / "run"
+    assert main(["run", str(_write(tmp_path, spec)), "--out", str(run), "--quiet"]) == 0
+    store = RunStore(run, readonly=True)
+    try:
+        calls = store.calls()
+    finally:
+        store.close()
+    asked = calls[calls["node"] == "question_generator"]
+    seen = {}
+    for item, messages in zip(asked["item"], asked["messages"]):
+        seen.setdefault(item.split("|")[1], messages[-1]["content"])
+    assert set(seen) == {"yes_no", "choice", "why"}
+    marks = {"yes_no": "don't they?", "choice": "Whom would you trust more",
+             "why": "Why do <one group> care less"}
+    for qtype, text in seen.items():
+        assert "go beyond them" in text
+        assert {t for t, mark in marks.items() if mark in text} == {qtype}
