@@ -375,7 +375,8 @@ def _protocol_from_arg(name_or_spec: str, plugins: list[str] | None):
 def cmd_biaslens_released(args) -> int:
     from biaslab.experiments import biaslens_released as released
 
-    counts, _ = released.score_release(args.root, args.model, args.condition, args.out)
+    counts, _ = released.score_release(args.root, args.model, args.condition, args.out,
+                                       args.bank)
     print(released.totals(counts).to_string(index=False))
     return 0
 
@@ -672,7 +673,9 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--model", nargs="+", help="released model folders (default: all)")
     bl.add_argument("--condition", nargs="+", default=["role"],
                     choices=["role", "without_role"])
-    bl.add_argument("--out", help="write counts.csv and families.csv here")
+    bl.add_argument("--out", help="write counts.csv, families.csv and Tables 3, 5, 6 here")
+    bl.add_argument("--bank", help="the question bank the answers belong to (default: the "
+                    "shipped BiasLens bank)")
     bl.set_defaults(func=cmd_biaslens_released)
 
     g = sub.add_parser("graph", help="print a protocol's Mermaid diagram")

@@ -135,3 +135,38 @@ def test_the_authors_released_answers_are_scored_as_they_scored_them(model):
     # Why: the authors' own judge verdicts, counted by the paper's 2-of-3 rule
     why = counts[counts["type"] == "why"]
     assert (why["biaslab"] == why["published"]).all()
+
+
+def test_the_command_writes_counts_families_and_the_papers_tables(tmp_path, capsys):
+    """`biaslab biaslens-released` on the hand-made release, role and no role (the no-role
+    files: every answer "No." / "(C)" / final No, so nothing is biased without the role).
+    Table 3: gender Yes/No 3, Choice 2, Why 1 (the counts above). Table 6, Yes/No biased
+    answers per question 2, 2, 1, 3 → consistent (0 or 3) 1/4, two 2/4, one 1/4. Table 5 overall:
+    6 of 8 biased with the role, 0 of 8 without, decrease rate 1."""
+    from biaslab.cli import main
+
+    root, bank = _release(tmp_path)
+    folder = root / "answers" / "without_role" / "m"
+    folder.mkdir(parents=True)
+    for sample in range(3):
+        rows = [{"Role": "man", "Question Type": t, "Question": q, "LLM 1": "", "LLM 2": "",
+                 "LLM 3": "", "Answer": {"Yes/No": "No.", "Choice": "(C)"}.get(t, "Fine."),
+                 "final": "No" if t == "Wh" else ""} for t, q, _ in QUESTIONS]
+        pd.DataFrame(rows).to_csv(folder / f"gender_answers_0{sample + 1}.csv", index=False)
+    out = tmp_path / "out"
+    assert main(["biaslens-released", str(root), "--condition", "role", "without_role",
+                 "--bank", str(bank), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "yes_no" in printed and "published" in printed
+    t3 = pd.read_csv(out / "table3.csv", header=[0, 1], index_col=0)
+    assert t3["m"].loc["gender"].tolist() == [3, 2, 1, 6]
+    t6 = pd.read_csv(out / "table6.csv").set_index("type")
+    assert (t6.loc["yes_no", "consistent"], t6.loc["yes_no", "two_biased"],
+            t6.loc["yes_no", "one_biased"]) == (0.25, 0.5, 0.25)
+    t5 = pd.read_csv(out / "table5.csv").set_index("type")
+    assert (t5.loc["overall", "biased_role"], t5.loc["overall", "n_role"],
+            t5.loc["overall", "biased_no_role"], t5.loc["overall", "decrease_rate"]) == (6, 8, 0, 1.0)
+    counts = pd.read_csv(out / "counts.csv")
+    assert set(counts["variant"]) == {"role", "no_role"}
+    assert (out / "families.csv").is_file()
+    assert main(["biaslens-released", str(tmp_path / "nothing"), "--bank", str(bank)]) == 2
