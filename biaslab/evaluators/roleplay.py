@@ -44,6 +44,7 @@ __all__ = ["load_human_labels", "YES", "NO", "MIXED", "REFUSAL", "UNCHOSEN", "pa
            "rate_with_ci", "question_shares", "biased_counts", "table3", "role_vs_no_role",
            "consistency_table", "overlap_counts", "per_attribute", "top_roles",
            "oracle_agreement", "judge_votes_table", "judge_pairs_table", "UNIT", "OVERALL",
+           "change_mark", "model_average",
            "JUDGE_LABELS", "KEYWORDS"]
 
 JUDGE_LABELS = ("biased", "fair")
@@ -293,7 +294,8 @@ def role_vs_no_role(frame: pd.DataFrame, by: Sequence[str] = ("model", "type"),
     Returns:
         One row per group: ``biased_role`` / ``n_role`` and ``biased_no_role`` / ``n_no_role``
         (distinct questions; undecided ones count as unbiased, as in the paper),
-        ``rate_role``, ``rate_no_role``, ``decrease_rate`` = (rate_role − rate_no_role) /
+        ``rate_role``, ``rate_no_role``, ``change`` (the paper's mark: ↓ fewer biased
+        questions without the role, ↑ more, = as many), ``decrease_rate`` = (rate_role − rate_no_role) /
         rate_role (the paper's share of the role's bias that goes away without the role; NaN
         when rate_role is 0), ``diff`` = rate_role − rate_no_role with its Newcombe
         ``ci_low``/``ci_high`` (statsmodels; unlike Wald, it keeps a width when a rate is 0
@@ -325,7 +327,7 @@ def role_vs_no_role(frame: pd.DataFrame, by: Sequence[str] = ("model", "type"),
         r_r, r_n = b_r / n_r, b_n / n_n
         rows.append({**key, "biased_role": _count(b_r), "n_role": n_r,
                      "biased_no_role": _count(b_n), "n_no_role": n_n, "rate_role": r_r,
-                     "rate_no_role": r_n,
+                     "rate_no_role": r_n, "change": change_mark(b_r, b_n),
                      "decrease_rate": (r_r - r_n) / r_r if r_r > 0 else math.nan,
                      "diff": r_r - r_n, "ci_low": float(low), "ci_high": float(high),
                      "z": z, "p_value": p_value,
@@ -337,6 +339,27 @@ def role_vs_no_role(frame: pd.DataFrame, by: Sequence[str] = ("model", "type"),
         out["_overall"] = out[by[-1]] == OVERALL
         out = out.sort_values([*lead, "_overall"], kind="stable").drop(columns="_overall")
     return out.reset_index(drop=True)
+
+
+def change_mark(biased_role: float, biased_no_role: float) -> str:
+    """Table 5's mark beside a no-role count: ``↓`` fewer biased questions than with the role,
+    ``↑`` more, ``=`` as many (the paper's arrows, §5.5)."""
+    return "↓" if biased_no_role < biased_role else "↑" if biased_no_role > biased_role else "="
+
+
+def model_average(table: pd.DataFrame, by: str = "type") -> pd.DataFrame:
+    """The paper's "Average" row of Tables 5 and 6 (§5.5, §5.6): per value of `by`, the
+    unweighted mean over models of every numeric column (each model counts once, whatever
+    its number of questions), and ``n_models``. Rates average the models' rates; they are not
+    pooled counts. Empty when the table is."""
+    if table.empty:
+        return pd.DataFrame()
+    numeric = [c for c in table.columns if c not in ("model", by)
+               and pd.api.types.is_numeric_dtype(table[c]) and table[c].dtype != bool]
+    grouped = table.groupby(by, sort=False)
+    out = grouped[numeric].mean()
+    out.insert(0, "n_models", grouped["model"].nunique())
+    return out.reset_index().assign(model="average")[["model", by, "n_models", *numeric]]
 
 
 def _ztest(b_a: float, n_a: int, b_b: float, n_b: int) -> tuple[float, float]:

@@ -461,18 +461,21 @@ class Roleplay(Protocol):
         from biaslab.graphs.report_sections import ReportSection as S
 
         return [
-            S("Table 5: role against no role", ("tables/table5.csv",),
+            S("Table 5: role against no role", ("tables/table5.csv", "tables/table5_average.csv"),
               how_to_read="Biased rate with and without the role statement per model x type, "
               "and overall per model (undecided questions count as unbiased, as in the paper); "
               "decrease_rate = the share of the role's bias gone without the role; a positive "
-              "diff whose 95% CI excludes 0 means the role draws out bias (z-test p)."),
+              "diff whose 95% CI excludes 0 means the role draws out bias (z-test p); change is "
+              "the paper's mark (↓ fewer biased without the role); table5_average is the mean "
+              "over models (the paper's Average row)."),
             S("Table 3: biased questions", ("tables/table3.csv", "tables/biased_counts.csv"),
               how_to_read="Biased questions per attribute x model x type in the role variant's "
               "clean arm; biased_counts gives the paper's rate (biased / asked) with its 95% CI, "
               "the rate among decided questions, the spread between seeds and the bank estimate."),
-            S("Table 6: consistency over repeats", ("tables/table6.csv",),
+            S("Table 6: consistency over repeats", ("tables/table6.csv", "tables/table6_average.csv"),
               how_to_read="Shares of all questions: consistent = all answers agree (all biased "
-              "or none), two_biased, one_biased (they sum to 1; 95% CIs)."),
+              "or none), two_biased, one_biased (they sum to 1; 95% CIs); table6_average is the "
+              "mean over models (the paper's Average row)."),
             S("Per attribute, roles and overlap", ("tables/per_attribute.csv",
                                                    "tables/top_roles.csv", "tables/overlap.csv"),
               ("figures/per_attribute.png", "figures/overlap_hist.png"),

@@ -262,3 +262,34 @@ def test_the_headline_falls_back_to_the_biased_counts_and_to_nothing(tmp_path):
                   "n": [2, 2]}).to_csv(tables / "biased_counts.csv", index=False)
     out = report.headline(tmp_path)
     assert out.to_dict("records") == [{"model": "m", "type": "why", "biased": 1, "n": 4}]
+
+
+def test_the_average_rows_and_change_marks_of_tables_5_and_6_by_hand():
+    """Two models, Yes/No questions only. m1: role 3 of 4 biased, no role 1 of 4; m2: role 1 of
+    4, no role 2 of 4. Table 5's marks: m1 ↓ (1 < 3), m2 ↑ (2 > 1). Average row (the mean over
+    models, each model once): rate_role (0.75 + 0.25) / 2 = 0.5, rate_no_role (0.25 + 0.5) / 2
+    = 0.375, decrease_rate (2/3 + (−1)) / 2 = −1/6. Table 6 average: m1 k = 3,3,3,0 biased answers
+    (consistent 1), m2 k = 2,0,0,0 (consistent 3/4, two_biased 1/4) → consistent 0.875,
+    two_biased 0.125."""
+    rows = []
+    role_k = {"m1": [3, 3, 3, 0], "m2": [2, 0, 0, 0]}
+    plain_k = {"m1": [2, 0, 0, 0], "m2": [3, 2, 0, 0]}
+    for model in ("m1", "m2"):
+        for variant, ks in (("role", role_k[model]), ("no_role", plain_k[model])):
+            for i, k in enumerate(ks):
+                rows.append((model, 42, variant, "none", "age", "r", "yes_no", f"q{i}", k >= 2,
+                             k))
+    frame = _rows(rows)
+    t5 = rp.role_vs_no_role(frame)
+    marks = t5[t5["type"] == "yes_no"].set_index("model")["change"].to_dict()
+    assert marks == {"m1": "↓", "m2": "↑"}
+    average = rp.model_average(t5).set_index("type")
+    assert average.loc["yes_no", "model"] == "average" and average.loc["yes_no", "n_models"] == 2
+    assert average.loc["yes_no", "rate_role"] == pytest.approx(0.5)
+    assert average.loc["yes_no", "rate_no_role"] == pytest.approx(0.375)
+    assert average.loc["yes_no", "decrease_rate"] == pytest.approx((2 / 3 - 1) / 2)
+    t6 = rp.consistency_table(frame[frame["variant"] == "role"])
+    a6 = rp.model_average(t6).set_index("type")
+    assert a6.loc["yes_no", "consistent"] == pytest.approx(0.875)
+    assert a6.loc["yes_no", "two_biased"] == pytest.approx(0.125)
+    assert rp.model_average(pd.DataFrame()).empty

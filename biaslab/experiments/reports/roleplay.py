@@ -335,11 +335,15 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
         overlap = rp.overlap_counts(base)
         put(overlap, "overlap")
         written += plot_overlap(overlap, figures)
-        put(rp.consistency_table(base, repeats=options.repeats), "table6", markdown=True)
+        table6 = rp.consistency_table(base, repeats=options.repeats)
+        put(table6, "table6", markdown=True)
+        if not table6.empty:
+            put(rp.model_average(table6), "table6_average", markdown=True)
     clean = questions[questions["condition"] == CLEAN]
     table5 = rp.role_vs_no_role(clean)
     if not table5.empty:
         put(table5, "table5", markdown=True)
+        put(rp.model_average(table5), "table5_average", markdown=True)
 
     types = bias_type_frame(store)
     if not types.empty and not base.empty:
