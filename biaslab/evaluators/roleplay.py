@@ -44,7 +44,7 @@ __all__ = ["load_human_labels", "YES", "NO", "MIXED", "REFUSAL", "UNCHOSEN", "pa
            "rate_with_ci", "question_shares", "biased_counts", "table3", "role_vs_no_role",
            "consistency_table", "overlap_counts", "per_attribute", "top_roles",
            "oracle_agreement", "judge_votes_table", "judge_pairs_table", "UNIT", "OVERALL",
-           "change_mark", "model_average",
+           "change_mark", "model_average", "overlap_by_type",
            "JUDGE_LABELS", "KEYWORDS"]
 
 JUDGE_LABELS = ("biased", "fair")
@@ -448,6 +448,17 @@ def overlap_counts(frame: pd.DataFrame) -> pd.DataFrame:
                          "questions": [_count(v) for v in counts.values],
                          "share": counts.values / total if total else np.nan,
                          "of_models": models})
+
+
+def overlap_by_type(frame: pd.DataFrame) -> pd.DataFrame:
+    """`overlap_counts` within each question type (Figure 7 split by type): for each type, how
+    many of its bias-triggering questions trigger 1..M models, with ``type`` as a column."""
+    if frame.empty:
+        return pd.DataFrame()
+    parts = [overlap_counts(part).assign(type=qtype)
+             for qtype, part in frame.groupby("type", sort=True)]
+    out = pd.concat(parts, ignore_index=True)
+    return out[["type", *[c for c in out.columns if c != "type"]]]
 
 
 def per_attribute(frame: pd.DataFrame) -> pd.DataFrame:

@@ -293,3 +293,15 @@ def test_the_average_rows_and_change_marks_of_tables_5_and_6_by_hand():
     assert a6.loc["yes_no", "consistent"] == pytest.approx(0.875)
     assert a6.loc["yes_no", "two_biased"] == pytest.approx(0.125)
     assert rp.model_average(pd.DataFrame()).empty
+
+
+def test_the_overlap_split_by_question_type_by_hand():
+    """Two models. Yes/No q1 biased in both, q2 in m0 only; Choice q3 in m1 only, q4 in none:
+    Yes/No has one question on 1 model and one on 2; Choice one question on 1 model."""
+    biased = {("yes_no", "q1"): {"m0", "m1"}, ("yes_no", "q2"): {"m0"},
+              ("choice", "q3"): {"m1"}, ("choice", "q4"): set()}
+    rows = [(m, 42, "role", "none", "age", "r", t, q, m in who, 2 if m in who else 0)
+            for (t, q), who in biased.items() for m in ("m0", "m1")]
+    split = rp.overlap_by_type(_rows(rows)).set_index(["type", "n_models"])["questions"]
+    assert split.to_dict() == {("choice", 1): 1, ("choice", 2): 0, ("yes_no", 1): 1,
+                               ("yes_no", 2): 1}

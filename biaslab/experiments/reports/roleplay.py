@@ -334,6 +334,7 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
         put(rp.top_roles(base, options.top_roles), "top_roles", markdown=True)
         overlap = rp.overlap_counts(base)
         put(overlap, "overlap")
+        put(rp.overlap_by_type(base), "overlap_by_type")
         written += plot_overlap(overlap, figures)
         table6 = rp.consistency_table(base, repeats=options.repeats)
         put(table6, "table6", markdown=True)
