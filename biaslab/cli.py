@@ -250,7 +250,7 @@ def cmd_replay(args) -> int:
     if args.mode == "rescore":
         if args.judge_node:
             return _judge_traces(args)
-        for path in replay.rescore(args.run_dir):
+        for path in replay.rescore(args.run_dir, args.out):
             print(f"wrote {path}")
         if args.sensitivity:
             return _judge_sensitivity(args)
@@ -314,7 +314,7 @@ def _judge_sensitivity(args) -> int:
     from biaslab.experiments.judge_sensitivity import judge_sensitivity
 
     result = judge_sensitivity(args.run_dir, judges=args.judges, progress=not args.quiet,
-                               concurrency=args.concurrency)
+                               concurrency=args.concurrency, out_dir=args.out)
     configs = result.runs[~result.runs["configuration"].str.contains("^(?:alternate:|panel$)")]
     computed = int((configs["status"] != "not computable").sum())
     flips = result.bands[result.bands["sign_flips"] | result.bands["significance_flips"]]
@@ -370,6 +370,15 @@ def _protocol_from_arg(name_or_spec: str, plugins: list[str] | None):
             load_plugin(plugin)
         return get_protocol(spec.protocol), spec.options
     return get_protocol(name_or_spec), {}
+
+
+def cmd_biaslens_released(args) -> int:
+    from biaslab.experiments import biaslens_released as released
+
+    counts, _ = released.score_release(args.root, args.model, args.condition, args.out,
+                                       args.bank)
+    print(released.totals(counts).to_string(index=False))
+    return 0
 
 
 def cmd_graph(args) -> int:
@@ -610,7 +619,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("replay", help="rescore, strictly replay, or re-run with one change")
     rp.add_argument("run_dir")
     rp.add_argument("--mode", required=True, choices=["rescore", "strict", "counterfactual"])
-    rp.add_argument("--out", help="directory for the replayed run")
+    rp.add_argument("--out", help="directory for the replayed run; rescore: for its tables "
+                    "(the run is then only read)")
     rp.add_argument("--node", help="counterfactual: the node to change")
     rp.add_argument("--prompt", help="counterfactual: the node's new prompt (id, id@variant, "
                                      "a .toml file, or @variant of the node's own prompts)")
@@ -656,6 +666,17 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--eval-name", default="judge", help="rescore: evals/<name>/ directory")
     rp.add_argument("--quiet", action="store_true")
     rp.set_defaults(func=cmd_replay)
+
+    bl = sub.add_parser("biaslens-released", help="score the BiasLens authors' released "
+                        "answers with biaslab's oracles, against their script and counts")
+    bl.add_argument("root", help="a folder holding the origin's answers/ and results/")
+    bl.add_argument("--model", nargs="+", help="released model folders (default: all)")
+    bl.add_argument("--condition", nargs="+", default=["role"],
+                    choices=["role", "without_role"])
+    bl.add_argument("--out", help="write counts.csv, families.csv and Tables 3, 5, 6 here")
+    bl.add_argument("--bank", help="the question bank the answers belong to (default: the "
+                    "shipped BiasLens bank)")
+    bl.set_defaults(func=cmd_biaslens_released)
 
     g = sub.add_parser("graph", help="print a protocol's Mermaid diagram")
     g.add_argument("protocol", help="a protocol name, or a spec file (.toml) naming one")

@@ -135,7 +135,7 @@ def test_the_numbers_the_readme_quotes(tour):
                    if r["table"] == "table5" and r["row"].endswith("type=overall"))
     assert overall["significance_flips"] == "True"
     runs = _read(tmp / "runs/tour/roleplay/tables/judge_sensitivity_runs.csv")
-    assert sum(int(r["paid_model_calls"] or 0) for r in runs) == 6, runs
+    assert sum(int(r["paid_model_calls"] or 0) for r in runs) == 17, runs
     probe = next(r for r in _read(tmp / "runs/tour/multiturn-probe/tables/judge_bias_probe.csv")
                  if r["group"] == "all")
     assert (probe["n_verdicts"], probe["n_flipped"], round(float(probe["flip_rate_ci_high"]), 3)

@@ -14,7 +14,8 @@ report compute every table (``evals/judge_sensitivity/<configuration>/``), and n
 called: every other call must come from the recorded traces, or the replay stops and the
 configuration is reported as not computable.
 
-Written into the run's ``tables/``:
+Written into the run's ``tables/``, or under ``--out DIR`` (``DIR/tables/``,
+``DIR/evals/judge_sensitivity/``), in which case the run is only read:
 
 - ``judge_sensitivity.csv``: per headline row, the recorded value, the band (min–max over the
   configurations), sign and significance flips, and which configurations flip it;
@@ -121,10 +122,11 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_") or "model"
 
 
-def _alternate(run_dir: Path, node: str, model: str, progress: bool,
+def _alternate(run_dir: Path, target: Path, node: str, model: str, progress: bool,
                concurrency: int | None) -> tuple[Path, int]:
-    """The counterfactual with `node` bound to `model` (resumed, so reused, when present)."""
-    out = run_dir / EVAL_DIR / "alternates" / _slug(model)
+    """The counterfactual with `node` bound to `model` (resumed, so reused, when present),
+    under `target`."""
+    out = target / EVAL_DIR / "alternates" / _slug(model)
     done = counterfactual(run_dir, out, node=node, model=model,
                           resume=(out / STORE_FILE).is_file(), progress=progress,
                           concurrency=concurrency)
@@ -202,11 +204,13 @@ def _configuration_run(run_dir: Path, out: Path, sheet: Path, judge_nodes: list[
 
 
 def judge_sensitivity(run_dir: str | Path, *, judges: list[str] | None = None,
-                      progress: bool = False, concurrency: int | None = None
-                      ) -> SensitivityResult:
+                      progress: bool = False, concurrency: int | None = None,
+                      out_dir: str | Path | None = None) -> SensitivityResult:
     """Compute and write the judge sensitivity tables of a finished run (see the module).
 
     Args:
+        out_dir: where the tables, the configurations' replays and the alternates go; the run
+            itself is then only read. Without it they go into the run's own folder.
         judges: alternate judge models (spec strings or the run's aliases); each pays its
             judge calls once.
     Returns the panel's members, the tables written, what each configuration met, and the
@@ -234,7 +238,8 @@ def judge_sensitivity(run_dir: str | Path, *, judges: list[str] | None = None,
         source.close()
     if len(set(judges or [])) != len(judges or []):
         raise UserError("--judges: each alternate model once")
-    base = run_dir / EVAL_DIR
+    target = Path(out_dir) if out_dir is not None else run_dir
+    base = target / EVAL_DIR
     runs: list[dict[str, Any]] = []
     votes: dict[Slot, dict[str, Vote]] = {}
     for node, slot, vote in zip(calls["node"], calls["slot"], calls["vote"]):
@@ -247,13 +252,13 @@ def judge_sensitivity(run_dir: str | Path, *, judges: list[str] | None = None,
     for model in judges or []:
         if model in members:
             raise UserError(f"--judges: '{model}' is the name of a judge node; give a model")
-        out, cost = _alternate(run_dir, present[0], model, progress, concurrency)
+        out, cost = _alternate(run_dir, target, present[0], model, progress, concurrency)
         alternate_dirs.append(out)
         paid += cost
         runs.append({"configuration": f"alternate:{model}", "status": "computed",
                      "judge_answers": None, "withheld": None, "paid_model_calls": cost,
                      "note": f"counterfactual with {present[0]} bound to {model} in "
-                             f"{out.relative_to(run_dir)}"})
+                             f"{out.relative_to(target)}"})
         store = RunStore(out, readonly=True)
         try:
             theirs = _judge_calls(store, (present[0],))
@@ -297,12 +302,12 @@ def judge_sensitivity(run_dir: str | Path, *, judges: list[str] | None = None,
     finally:
         for store in stores:
             store.close()
-    return _write(run_dir, members, long, runs, paid, proto)
+    return _write(run_dir, target, members, long, runs, paid, proto)
 
 
-def _write(run_dir: Path, members: list[str], long: list[dict[str, Any]],
+def _write(run_dir: Path, target: Path, members: list[str], long: list[dict[str, Any]],
            runs: list[dict[str, Any]], paid: int, proto) -> SensitivityResult:
-    tables_dir = run_dir / "tables"
+    tables_dir = target / "tables"
     tables_dir.mkdir(parents=True, exist_ok=True)
     configs = pd.DataFrame(long, columns=["table", "row", "configuration", "value", "ci_low",
                                           "ci_high", "p"])
@@ -315,11 +320,11 @@ def _write(run_dir: Path, members: list[str], long: list[dict[str, Any]],
     runs_frame = runs_frame.astype({"judge_answers": "Int64", "withheld": "Int64"})
     written = []
     for name, frame in ((BANDS_FILE, bands), (CONFIGS_FILE, configs), (RUNS_FILE, runs_frame)):
-        frame.to_csv(run_dir / name, index=False)
-        written.append(run_dir / name)
+        frame.to_csv(target / name, index=False)
+        written.append(target / name)
     store = RunStore(run_dir, readonly=True)
     try:
-        written.append(write_html_report(store, run_dir, proto.report_sections()))
+        written.append(write_html_report(store, target, proto.report_sections()))
     finally:
         store.close()
     return SensitivityResult(members, written, runs_frame, bands, paid)

@@ -96,8 +96,9 @@ def check_not_running(run_dir: str | Path, store: RunStore) -> None:
                     "report it when the run has finished")
 
 
-def rescore(run_dir: str | Path) -> list[Path]:
-    """Recompute the protocol's metrics, tables and figures from the trace alone."""
+def rescore(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
+    """Recompute the protocol's metrics, tables and figures from the trace alone, into the
+    run's folder or, given `out_dir`, there (the run is then only read)."""
     store = open_run(run_dir)
     try:
         check_not_running(run_dir, store)
@@ -107,7 +108,8 @@ def rescore(run_dir: str | Path) -> list[Path]:
         plan = load_run_plan(run_dir, check_keys=False)
         from biaslab.experiments.reports import write_reports  # (matplotlib, statsmodels)
 
-        return write_reports(plan, store, Path(run_dir))
+        return write_reports(plan, store, Path(out_dir) if out_dir is not None
+                             else Path(run_dir))
     finally:
         store.close()
 

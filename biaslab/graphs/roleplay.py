@@ -233,9 +233,11 @@ def _judge_declarations() -> tuple[LLMNode, ...]:
 
 
 async def why_judges(state: RoleplayState, runtime: Runtime[CellContext]) -> dict:
-    """Three judges grade every parsed Why answer once. Judge j answers as sample j − 1, so
-    three judges bound to one model are three distinct calls (as in the paper's 3 judge runs),
-    not one cached answer; each judge is its own LLM node, exposable and bindable alone."""
+    """Three judges grade every parsed Why answer once. Judge j (0-based) on answer k answers
+    as sample ``k * 3 + j``: three judges bound to one model are three distinct calls (as in
+    the paper's 3 judge runs), and two answers to one question that happen to be word for
+    word the same are still two judgements (the paper judges every answer), never one cached
+    call. Each judge is its own LLM node, exposable and bindable alone."""
     ctx = runtime.context
     by_qid = {q["qid"]: q for q in state["questions"]}
 
@@ -243,7 +245,8 @@ async def why_judges(state: RoleplayState, runtime: Runtime[CellContext]) -> dic
         name, question = JUDGES[j], by_qid[qid]["question_no_role"]
         answer = await ask(ctx, name, {"question": question, "answer": text},
                            prompt=JUDGE_PROMPT, parser=oracles.parse_judge_label,
-                           constraint=JUDGE_GRAMMAR, item=f"{qid}#{sample}", sample=j,
+                           constraint=JUDGE_GRAMMAR, item=f"{qid}#{sample}",
+                           sample=sample * len(JUDGES) + j,
                            max_tokens=4, judged=(text, question))
         answer.raise_for_error(f"{name} on {qid} answer {sample}")
         return answer.value if answer.ok else None
@@ -460,18 +463,21 @@ class Roleplay(Protocol):
         from biaslab.graphs.report_sections import ReportSection as S
 
         return [
-            S("Table 5: role against no role", ("tables/table5.csv",),
+            S("Table 5: role against no role", ("tables/table5.csv", "tables/table5_average.csv"),
               how_to_read="Biased rate with and without the role statement per model x type, "
               "and overall per model (undecided questions count as unbiased, as in the paper); "
               "decrease_rate = the share of the role's bias gone without the role; a positive "
-              "diff whose 95% CI excludes 0 means the role draws out bias (z-test p)."),
+              "diff whose 95% CI excludes 0 means the role draws out bias (z-test p); change is "
+              "the paper's mark (↓ fewer biased without the role); table5_average is the mean "
+              "over models (the paper's Average row)."),
             S("Table 3: biased questions", ("tables/table3.csv", "tables/biased_counts.csv"),
               how_to_read="Biased questions per attribute x model x type in the role variant's "
               "clean arm; biased_counts gives the paper's rate (biased / asked) with its 95% CI, "
               "the rate among decided questions, the spread between seeds and the bank estimate."),
-            S("Table 6: consistency over repeats", ("tables/table6.csv",),
+            S("Table 6: consistency over repeats", ("tables/table6.csv", "tables/table6_average.csv"),
               how_to_read="Shares of all questions: consistent = all answers agree (all biased "
-              "or none), two_biased, one_biased (they sum to 1; 95% CIs)."),
+              "or none), two_biased, one_biased (they sum to 1; 95% CIs); table6_average is the "
+              "mean over models (the paper's Average row)."),
             S("Per attribute, roles and overlap", ("tables/per_attribute.csv",
                                                    "tables/top_roles.csv", "tables/overlap.csv"),
               ("figures/per_attribute.png", "figures/overlap_hist.png"),

@@ -37,6 +37,9 @@ __all__ = ["RoleplayGenerate", "GenerateOptions", "numbered_list", "near_duplica
 ROLE_PROMPT = "roleplay/role_generator"
 QUESTION_PROMPT = "roleplay/question_generator"
 RULE_PROMPTS = {t: f"roleplay/question_rule_{t}" for t in biaslens.QUESTION_TYPES}
+EXAMPLE_PROMPTS = {t: f"roleplay/question_example_{t}" for t in biaslens.QUESTION_TYPES}
+"""Each type's example patterns: the example section of the paper's generator prompt (§3.3,
+Figure 4), in our own words, with an invitation to go beyond them."""
 PLACEHOLDER = re.compile(r"\bgroup\s+[A-Z]\b|\[[^\]]*group[^\]]*\]|<[^>]*group[^>]*>|"
                          r"\bgroup\s+[XYZ12]\b", re.I)
 
@@ -195,11 +198,13 @@ async def generate_questions(state: GenerateState, runtime: Runtime[CellContext]
     ctx = runtime.context
     opts: GenerateOptions = ctx.options
     rules = {t: ctx.prompts.get(RULE_PROMPTS[t]).user.strip() for t in opts.types}
+    examples = {t: ctx.prompts.get(EXAMPLE_PROMPTS[t]).user.strip() for t in opts.types}
 
     async def one(role: str, qtype: str) -> dict[str, Any]:
         answer = await ask(ctx, "question_generator",
                            {"role": role, "attribute": state["attribute"],
-                            "m": opts.questions_per_role, "rule": rules[qtype]},
+                            "m": opts.questions_per_role, "rule": rules[qtype],
+                            "examples": examples[qtype]},
                            prompt=QUESTION_PROMPT, parser=numbered_list,
                            constraint=question_list_grammar(role, qtype,
                                                             opts.questions_per_role),
@@ -212,7 +217,7 @@ async def generate_questions(state: GenerateState, runtime: Runtime[CellContext]
 
 
 declare_llm(generate_questions, LLMNode("question_generator", QUESTION_PROMPT,
-                                        ("role", "attribute", "m", "rule"),
+                                        ("role", "attribute", "m", "rule", "examples"),
                                         required=("role", "rule"), max_tokens=1200))
 
 

@@ -54,8 +54,8 @@ ROLE = [
     [F, F, F],                                               # 0: unbiased
     ["Yes", "Maybe", "No"],                                  # 1, 1 unparsable: undecided
     ["Absolutely not", "Nope", "I disagree"],                # 0: unbiased
-    ["(A) men", "(B) women", "Maybe"],                       # 2: biased
-    ["Maybe", "Maybe", "(A)"],                               # 1, 2 unparsable: undecided
+    ["(A) men", "(B) women", "Maybe"],                       # 3: biased ("Maybe" is no C)
+    ["Error: 503", "Error: 503", "(A)"],                     # 1, 2 no answer: undecided
     [B, F, B],                                               # 2: biased
     [B, F, F],                                               # 1: unbiased
 ]
@@ -121,7 +121,12 @@ def _run(tmp_path: Path, seeds: list[int]) -> Path:
 
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory) -> Path:
-    return _run(tmp_path_factory.mktemp("worked"), [42])
+    # a module fixture runs outside conftest's per-test cache: give it its own, so no answer
+    # cached by an earlier run of another version of this bank is served
+    base = tmp_path_factory.mktemp("worked")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BIASLAB_CACHE", str(base / "cache.sqlite"))
+        return _run(base, [42])
 
 
 def _z(b1: int, n1: int, b2: int, n2: int) -> tuple[float, float]:
@@ -168,8 +173,8 @@ def test_table5(tables):
 
 def test_table6(tables):
     t6 = pd.read_csv(tables / "table6.csv").set_index("type")
-    # biased answers per question, role: yes_no 2,1,1,0; choice 3,1,2,1; why 3,0,2,1
-    expected = {"yes_no": (0.25, 0.25, 0.5), "choice": (0.25, 0.25, 0.5),
+    # biased answers per question, role: yes_no 2,1,1,0; choice 3,1,3,1; why 3,0,2,1
+    expected = {"yes_no": (0.25, 0.25, 0.5), "choice": (0.5, 0.0, 0.5),
                 "why": (0.5, 0.25, 0.25)}
     for qtype, (consistent, two, one) in expected.items():
         row = t6.loc[qtype]

@@ -334,12 +334,17 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
         put(rp.top_roles(base, options.top_roles), "top_roles", markdown=True)
         overlap = rp.overlap_counts(base)
         put(overlap, "overlap")
+        put(rp.overlap_by_type(base), "overlap_by_type")
         written += plot_overlap(overlap, figures)
-        put(rp.consistency_table(base, repeats=options.repeats), "table6", markdown=True)
+        table6 = rp.consistency_table(base, repeats=options.repeats)
+        put(table6, "table6", markdown=True)
+        if not table6.empty:
+            put(rp.model_average(table6), "table6_average", markdown=True)
     clean = questions[questions["condition"] == CLEAN]
     table5 = rp.role_vs_no_role(clean)
     if not table5.empty:
         put(table5, "table5", markdown=True)
+        put(rp.model_average(table5), "table5_average", markdown=True)
 
     types = bias_type_frame(store)
     if not types.empty and not base.empty:
