@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import os
 import sqlite3
 import sys
@@ -510,18 +511,30 @@ def _print_power(row: dict) -> None:
     sizes = f"n = {row['n']:,}" + (f" + {row['n_other']:,}" if row["n_other"] else "")
     head = (f"  power, {row['contrast']} ({row['design']}, {sizes} {row['unit']}s per "
             f"{row['per']}; {row['assumptions']}, {row['source']}):")
+
+    def effect_text(value: float) -> str:
+        return f"{100 * value:.2f} percentage points" if binary else f"{value:.4g}"
+
     mde = row["mde"]
-    if mde != mde:  # NaN
-        text = "no effect is detectable at this n"
-    elif binary:
-        text = f"MDE {100 * mde:.2f} percentage points"
-    else:
-        text = f"MDE {mde:.4g}"
+    text = "no effect is detectable at this n" if mde != mde else f"MDE {effect_text(mde)}"
     text += f" at {row['power']:.0%} power, alpha {row['alpha']:g}"
     if "n_needed" in row:
         effect = f"{100 * row['effect']:g} pp" if binary else f"{row['effect']:g}"
         text += f"; {effect} needs n = {row['n_needed']:,}"
     print(f"{head} {text}")
+    # the normal approximation above; the test the report runs, computed exactly, below
+    run = f"    as the report tests it ({row['test']}, exact power):"
+    if mde == mde:
+        run += f" {row['power_at_mde']:.1%} power at that MDE;"
+    exact = row["mde_exact"]
+    run += (f" {row['power']:.0%} power needs MDE {effect_text(exact)}" if exact == exact
+            else f" no effect reaches {row['power']:.0%} power at this n")
+    if "n_needed" in row:
+        needed = row["n_needed_exact"]
+        run += (f"; at n = {row['n_needed']:,} it has {row['power_at_n_needed']:.1%}, "
+                + (f"and reaches {row['power']:.0%} at n = {needed:,}" if needed != math.inf
+                   else "and never reaches it"))
+    print(run)
 
 
 TRACE_FORMATS = ("parquet", "jsonl")
