@@ -15,6 +15,7 @@ import base64
 import datetime as dt
 import html
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import urlencode
@@ -118,6 +119,11 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+_RANGES = {"band"}
+"""``X_low/X_high`` pairs that are ranges, not CIs (judge sensitivity's band over the judge
+configurations): shown as their own columns, never folded into a neighbour."""
+
+
 def _ci_pairs(columns: list[str]) -> list[tuple[str, str, str]]:
     """(value column, low column, high column) for every CI pair in a table.
 
@@ -130,7 +136,7 @@ def _ci_pairs(columns: list[str]) -> list[tuple[str, str, str]]:
                 continue
             base = col[: -len(low_suffix)].rstrip("_")
             high = col[: -len(low_suffix)] + high_suffix
-            if high not in columns:
+            if high not in columns or base in _RANGES:
                 continue
             candidates = [base, f"{base}%", f"{base}_estimate"] if base else []
             value = next((c for c in candidates if c in columns), None)
@@ -170,8 +176,21 @@ columns out of the card."""
 
 
 def _cell(text: str) -> str:
-    wrap = ' class="wrap"' if len(text) > _WRAP_CHARS else ""
-    return f"<td{wrap}>{html.escape(text)}</td>"
+    """A table cell: long text wraps anywhere (``wrap``); a value of more than a few words or
+    a long identifier, such as ``0.50 [0.09, 0.91]`` or ``scripted:multiturn-followup``, may
+    wrap at its spaces and after its punctuation (``sp``); the rest stays on one line."""
+    if len(text) > _WRAP_CHARS:
+        return f'<td class="wrap">{html.escape(text)}</td>'
+    if len(text) > 12 and (" " in text or len(text) > 20):
+        breakable = re.sub(r"([:/@=;,_-])(?=.)", r"\1<wbr>", html.escape(text))
+        return f'<td class="sp">{breakable}</td>'
+    return f"<td>{html.escape(text)}</td>"
+
+
+def _header(name: str) -> str:
+    """A column name that may break after each underscore (``significance_<wbr>flips``), so
+    long names do not set their columns' width."""
+    return "_<wbr>".join(html.escape(part) for part in name.split("_"))
 
 
 def _table_html(run_dir: Path, path: Path, section: ReportSection) -> str:
@@ -192,7 +211,7 @@ def _table_html(run_dir: Path, path: Path, section: ReportSection) -> str:
             links.pop(column, None)
         elif column in shown.columns:
             links[column] = dest
-    head = "".join(f'<th{" class=ci" if c in folded else ""}>{html.escape(str(c))}</th>'
+    head = "".join(f'<th{" class=ci" if c in folded else ""}>{_header(str(c))}</th>'
                    for c in shown.columns)
     if links:
         head += "<th>cells</th>"
@@ -346,7 +365,8 @@ h3{margin:4px 0 6px;font-size:17px}h4{margin:10px 0 4px;font-size:13px;font-weig
 .scroll{overflow-x:auto;max-height:520px;overflow-y:auto}
 table{border-collapse:collapse;font-size:12px;font-variant-numeric:tabular-nums}
 th,td{border:1px solid #e2e2e2;padding:3px 6px;text-align:left;white-space:nowrap}
-td.wrap{white-space:normal;overflow-wrap:anywhere;min-width:12em;max-width:24em}
+td.wrap{white-space:normal;overflow-wrap:anywhere;min-width:12em;max-width:22em}
+td.sp{white-space:normal;min-width:6em}th{white-space:normal;min-width:3em}
 th{background:#f2f2f2;position:sticky;top:0}th.ci{background:#e8f1e4}
 tbody tr:nth-child(even){background:#fbfbfb}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:0}
