@@ -199,15 +199,34 @@ def _print_headline(proto, run_dir) -> None:
     if sum(widths) + 3 * len(widths) + 1 <= console.width:  # the table's borders and padding
         console.print(table)
         return
-    # Too wide for the terminal: one block per row, a field per line, so no number is cut.
+    # Too wide for the terminal: the fields every row shares once, then one block per row
+    # under a rule, its fields packed "name value" side by side, so no number is cut.
     if title:
         console.print(title, style="bold", soft_wrap=True)
     names = [str(c) for c in frame.columns]
-    pad = max(map(len, names))
-    for row in rows:
-        console.print()
-        for name, value in zip(names, row):
-            console.print(f"  {name:<{pad}}  {value}", soft_wrap=True, highlight=False)
+    shared = [i for i in range(len(names)) if len(rows) > 1 and len({r[i] for r in rows}) == 1]
+    own = [i for i in range(len(names)) if i not in shared]
+    if shared:
+        console.print("every row:", style="dim")
+        _print_packed(console, [(names[i], rows[0][i]) for i in shared])
+    for n, row in enumerate(rows, 1):
+        rule = f"── row {n} of {len(rows)} "
+        console.print(rule + "─" * max(0, min(console.width, 80) - len(rule) - 1), style="dim")
+        _print_packed(console, [(names[i], row[i]) for i in own])
+
+
+def _print_packed(console, fields: list[tuple[str, str]]) -> None:
+    """``name value`` pairs, as many to a line as the terminal's width holds (a pair wider
+    than the line gets a line of its own and wraps)."""
+    line = ""
+    for name, value in fields:
+        piece = f"{name} {value}"
+        if line and len(line) + 3 + len(piece) > console.width - 1:
+            console.print(line, soft_wrap=True, highlight=False)
+            line = ""
+        line = f"{line} · {piece}" if line else f"  {piece}"
+    if line:
+        console.print(line, soft_wrap=True, highlight=False)
 
 
 def _recorded_run(args):

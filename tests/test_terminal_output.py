@@ -61,6 +61,12 @@ def test_a_wide_headline_is_stacked_not_cut(tmp_path):
     # every value of the table is there whole: the exposed arm's interval and the full model name
     assert re.search(r"cum_bias\s+0\.50 \[0\.09, 0\.91\]", headline)
     assert re.search(r"model\s+scripted:multiturn-late", headline)
+    # the fields all rows share once, then each row under its own rule, fields side by side:
+    # 8 rows of 9 fields in 28 lines, not the 73 of one field per line
+    rows = re.findall(r"── row (\d+) of (\d+) ─", headline)
+    assert [int(n) for n, _ in rows] == list(range(1, len(rows) + 1)) and len(rows) >= 2
+    assert "every row:" in headline
+    assert len(lines) <= 4 + 3 * len(rows), headline
     # and a file or pipe still gets the table, one row per line
     piped = subprocess.run([sys.executable, "-m", "biaslab.cli", "report", str(run)],
                            capture_output=True, text=True, timeout=300).stdout

@@ -299,6 +299,11 @@ def test_every_report_section_fits_a_normal_window(page, multiturn_run, mitigate
                     assert table["scroll"] <= table["width"] + 1, (section["title"], table)
                 checked.add(table["name"])
     assert "tables/judge_sensitivity.csv" in checked and "tables/mitigation_effects.csv" in checked
+    # mitigation_effects has a caption of its own, not the fallback for an unknown table
+    page.goto((mitigated_run / "report.html").as_uri())
+    mitigations = page.locator("section", has=page.locator("h4", has_text="mitigation_effects"))
+    assert "Mitigation arms against their unmitigated twins" in mitigations.inner_text()
+    assert "without a caption" not in mitigations.inner_text()
     page.goto((run / "report.html").as_uri())
     card = page.locator("section", has=page.locator("h3", has_text="Judge sensitivity"))
     right = card.bounding_box()["x"] + card.bounding_box()["width"]

@@ -46,6 +46,16 @@ _GENERIC = [
                   "clean on the same units, pooled (group all) and per group of the sensitive "
                   "attribute, with the paired difference and its t 95% CI; a CI excluding 0 "
                   "is an effect. Below 10 pairs there is no CI, and the note says so."),
+    ReportSection("Mitigation arms against their unmitigated twins",
+                  ("tables/mitigation_effects.csv",),
+                  how_to_read="Each mitigation arm (a spec's [mitigations], or a protocol's "
+                  "structural one such as amplification's E2 vs E1) against the unmitigated arm "
+                  "of the same exposure, on the same units: unmitigated_mean, mitigated_mean "
+                  "and diff = mitigated - unmitigated with a paired t 95% CI, pooled (group "
+                  "all) and per group. On the clean arm (exposure none) diff is what the "
+                  "mitigation costs or gains with no bias injected; on an exposed arm, how much "
+                  "of the exposure it undoes (a negative diff on a measure the exposure raised). "
+                  "Below 10 pairs there is no CI, and the note says so."),
     ReportSection("Model against model (corrected for multiplicity)",
                   ("tables/model_comparisons.csv",), ("figures/model_comparisons.png",),
                   how_to_read="Runs with two models or more: every pair of models on the same "
