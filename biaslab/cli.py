@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import os
 import sqlite3
 import sys
@@ -198,15 +199,34 @@ def _print_headline(proto, run_dir) -> None:
     if sum(widths) + 3 * len(widths) + 1 <= console.width:  # the table's borders and padding
         console.print(table)
         return
-    # Too wide for the terminal: one block per row, a field per line, so no number is cut.
+    # Too wide for the terminal: the fields every row shares once, then one block per row
+    # under a rule, its fields packed "name value" side by side, so no number is cut.
     if title:
         console.print(title, style="bold", soft_wrap=True)
     names = [str(c) for c in frame.columns]
-    pad = max(map(len, names))
-    for row in rows:
-        console.print()
-        for name, value in zip(names, row):
-            console.print(f"  {name:<{pad}}  {value}", soft_wrap=True, highlight=False)
+    shared = [i for i in range(len(names)) if len(rows) > 1 and len({r[i] for r in rows}) == 1]
+    own = [i for i in range(len(names)) if i not in shared]
+    if shared:
+        console.print("every row:", style="dim")
+        _print_packed(console, [(names[i], rows[0][i]) for i in shared])
+    for n, row in enumerate(rows, 1):
+        rule = f"── row {n} of {len(rows)} "
+        console.print(rule + "─" * max(0, min(console.width, 80) - len(rule) - 1), style="dim")
+        _print_packed(console, [(names[i], row[i]) for i in own])
+
+
+def _print_packed(console, fields: list[tuple[str, str]]) -> None:
+    """``name value`` pairs, as many to a line as the terminal's width holds (a pair wider
+    than the line gets a line of its own and wraps)."""
+    line = ""
+    for name, value in fields:
+        piece = f"{name} {value}"
+        if line and len(line) + 3 + len(piece) > console.width - 1:
+            console.print(line, soft_wrap=True, highlight=False)
+            line = ""
+        line = f"{line} · {piece}" if line else f"  {piece}"
+    if line:
+        console.print(line, soft_wrap=True, highlight=False)
 
 
 def _recorded_run(args):
@@ -519,18 +539,30 @@ def _print_power(row: dict) -> None:
     sizes = f"n = {row['n']:,}" + (f" + {row['n_other']:,}" if row["n_other"] else "")
     head = (f"  power, {row['contrast']} ({row['design']}, {sizes} {row['unit']}s per "
             f"{row['per']}; {row['assumptions']}, {row['source']}):")
+
+    def effect_text(value: float) -> str:
+        return f"{100 * value:.2f} percentage points" if binary else f"{value:.4g}"
+
     mde = row["mde"]
-    if mde != mde:  # NaN
-        text = "no effect is detectable at this n"
-    elif binary:
-        text = f"MDE {100 * mde:.2f} percentage points"
-    else:
-        text = f"MDE {mde:.4g}"
+    text = "no effect is detectable at this n" if mde != mde else f"MDE {effect_text(mde)}"
     text += f" at {row['power']:.0%} power, alpha {row['alpha']:g}"
     if "n_needed" in row:
         effect = f"{100 * row['effect']:g} pp" if binary else f"{row['effect']:g}"
         text += f"; {effect} needs n = {row['n_needed']:,}"
     print(f"{head} {text}")
+    # the normal approximation above; the test the report runs, computed exactly, below
+    run = f"    as the report tests it ({row['test']}, exact power):"
+    if mde == mde:
+        run += f" {row['power_at_mde']:.1%} power at that MDE;"
+    exact = row["mde_exact"]
+    run += (f" {row['power']:.0%} power needs MDE {effect_text(exact)}" if exact == exact
+            else f" no effect reaches {row['power']:.0%} power at this n")
+    if "n_needed" in row:
+        needed = row["n_needed_exact"]
+        run += (f"; at n = {row['n_needed']:,} it has {row['power_at_n_needed']:.1%}, "
+                + (f"and reaches {row['power']:.0%} at n = {needed:,}" if needed != math.inf
+                   else "and never reaches it"))
+    print(run)
 
 
 TRACE_FORMATS = ("parquet", "jsonl")

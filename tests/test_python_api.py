@@ -26,6 +26,7 @@ from biaslab.api._off_loop import call_off_loop
 from biaslab.cli import build_parser, main
 from biaslab.errors import UserError
 
+HIRING = Path(__file__).resolve().parents[1] / "experiments" / "examples"
 ROOT = Path(__file__).resolve().parents[1]
 REVIEW = str(ROOT / "experiments" / "examples" / "review.toml")
 SCRIPTED = "scripted:review-synthetic"
@@ -149,6 +150,21 @@ def test_run_from_a_dict_then_resume_from_its_directory(tmp_path, monkeypatch):
     again = biaslab.run(out, resume=True, quiet=True)
     assert again.result.cells_skipped == 16 and again.result.cells_run == 0
     assert "exposed_vs_clean" in again.tables
+
+
+def test_errors_from_python_name_python_keywords_not_cli_flags(tmp_path):
+    """A second biaslab.run into a directory that holds a run: the runner's CLI wording
+    (``pass --resume``, ``another --out``) reaches Python as ``resume=True`` and ``out=``."""
+    spec = {"name": "again", "protocol": "hiring", "plugins": [str(HIRING / "hiring.py")],
+            "prompt_overrides": [str(HIRING / "prompts")], "models": ["scripted:hiring-panel"],
+            "conditions": {"targets": []}, "options": {"candidates": 2}}
+    out = tmp_path / "run"
+    biaslab.run(spec, out=out, quiet=True, no_report=True, no_cache=True)
+    with pytest.raises(UserError) as caught:
+        biaslab.run(spec, out=out, quiet=True, no_report=True, no_cache=True)
+    message = str(caught.value)
+    assert "pass resume=True to continue it" in message and "another out= directory" in message
+    assert "--" not in message
 
 
 def test_run_from_an_experiment_spec_applies_the_scale(cli_review, tmp_path):

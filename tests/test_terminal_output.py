@@ -61,6 +61,12 @@ def test_a_wide_headline_is_stacked_not_cut(tmp_path):
     # every value of the table is there whole: the exposed arm's interval and the full model name
     assert re.search(r"cum_bias\s+0\.50 \[0\.09, 0\.91\]", headline)
     assert re.search(r"model\s+scripted:multiturn-late", headline)
+    # the fields all rows share once, then each row under its own rule, fields side by side:
+    # 8 rows of 9 fields in 28 lines, not the 73 of one field per line
+    rows = re.findall(r"── row (\d+) of (\d+) ─", headline)
+    assert [int(n) for n, _ in rows] == list(range(1, len(rows) + 1)) and len(rows) >= 2
+    assert "every row:" in headline
+    assert len(lines) <= 4 + 3 * len(rows), headline
     # and a file or pipe still gets the table, one row per line
     piped = subprocess.run([sys.executable, "-m", "biaslab.cli", "report", str(run)],
                            capture_output=True, text=True, timeout=300).stdout
@@ -106,3 +112,68 @@ def test_workers_draw_one_progress_bar_from_their_stores(tmp_path):
     assert re.search(rf"cells .*\b{cells}/{cells}\b", text), text[-2000:]
     paid = calls["calls"] - calls["cache_hits"] - calls["call_errors"]
     assert f"calls {paid:,} " in text and f"cached {calls['cache_hits']:,} " in text, text[-2000:]
+
+
+SLOW = """
+from biaslab.agents.providers.scripted import Rule, ScriptedChatModel, register_scripted
+register_scripted("slow-panel", lambda: ScriptedChatModel(
+    name_="slow-panel", latency_s=0.3, rules=[Rule(r"Candidate", '{"decision": "hire"}')]))
+"""
+
+
+def test_the_ctrl_c_message_is_whole_on_an_80_column_terminal(tmp_path):
+    """Ctrl-C under the live progress bar: what an 80-column terminal shows afterwards (pyte
+    replays the bytes, cursor moves included) holds the whole message, none of it overwritten
+    by the bar's next redraw."""
+    import fcntl
+    import shutil
+    import signal
+    import struct
+    import termios
+    import time
+
+    import pyte
+
+    examples = ROOT / "experiments" / "examples"
+    shutil.copytree(examples / "prompts", tmp_path / "prompts")
+    shutil.copy(examples / "hiring.py", tmp_path)
+    (tmp_path / "slow.py").write_text(SLOW)
+    spec = (examples / "hiring.toml").read_text().replace(
+        'plugins = ["hiring.py"]', 'plugins = ["hiring.py", "slow.py"]').replace(
+        'models = ["scripted:hiring-panel", "scripted:hiring-panel@women=6"]',
+        'models = ["scripted:slow-panel"]').replace("seeds = [42, 43, 44]",
+                                                   "seeds = [42]\nconcurrency = 1")
+    (tmp_path / "slow.toml").write_text(spec)
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 80, 0, 0))
+    env = {**os.environ, "COLUMNS": "80", "LINES": "50", "BIASLAB_CACHE": "off",
+           "TERM": "xterm"}
+    proc = subprocess.Popen([sys.executable, "-m", "biaslab.cli", "run", "slow.toml", "--out",
+                             "run"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                            stdout=follower, stderr=follower)
+    os.close(follower)
+    chunks, sent, deadline = [], None, time.monotonic() + 120
+    while time.monotonic() < deadline:
+        seen = _ANSI.sub("", b"".join(chunks).decode("utf-8", "replace"))
+        if sent is None and re.search(r"\b[2-9]/24\b", seen):  # the bar is up and moving
+            proc.send_signal(signal.SIGINT)
+            sent = time.monotonic()
+        ready, _, _ = select.select([leader], [], [], 0.1)
+        if ready:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(leader)
+    assert sent is not None and proc.returncode == 130
+    screen = pyte.Screen(80, 50)
+    pyte.ByteStream(screen).feed(b"".join(chunks))
+    shown = [line.rstrip() for line in screen.display if line.strip()]
+    assert ("biaslab: Ctrl-C: stopping; finished cells and returned answers are kept"
+            in shown), shown
+    assert "biaslab: (Ctrl-C again to quit at once)" in shown, shown
+    assert any(line.startswith("interrupted: ") for line in shown), shown

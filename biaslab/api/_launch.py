@@ -8,6 +8,7 @@ see `biaslab.api._off_loop`.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -74,10 +75,13 @@ def run(spec: "str | Path | ExperimentSpec | dict[str, Any]", *, out: str | Path
     if choice.why:
         print(choice.announce("workers=1"), file=sys.stderr)
     runner = Cancellable()
-    result = call_off_loop(lambda: _execute(
-        runner, plan, run_dir, resume=resume, concurrency=concurrency,
-        use_shared_cache=not no_cache, progress=not quiet, workers=choice.workers, shard=shard,
-        executor=executor, ray_address=ray_address), cancel=runner.cancel)
+    try:
+        result = call_off_loop(lambda: _execute(
+            runner, plan, run_dir, resume=resume, concurrency=concurrency,
+            use_shared_cache=not no_cache, progress=not quiet, workers=choice.workers,
+            shard=shard, executor=executor, ray_address=ray_address), cancel=runner.cancel)
+    except UserError as exc:  # the runner words its errors for the CLI
+        raise UserError(in_python_terms(str(exc))) from None
     print(result.summary(), file=sys.stderr)
     if result.cells_failed:
         _print_failures(run_dir)
@@ -86,6 +90,25 @@ def run(spec: "str | Path | ExperimentSpec | dict[str, Any]", *, out: str | Path
     if not no_report and not shard:
         call_off_loop(lambda: _write_reports(plan, run_dir))
     return opened(run_dir, result)
+
+
+_CLI_WORDS = [
+    (re.compile(r"biaslab run --resume (\S+?)([;,)]?(?:\s|$))"),
+     lambda m: f"biaslab.run({m.group(1)!r}, resume=True){m.group(2)}"),
+    (re.compile(r"--resume\b"), lambda m: "resume=True"),
+    (re.compile(r"(another|a new) --out\b"), lambda m: f"{m.group(1)} out= directory"),
+    (re.compile(r"--(out|scale|model|all-nodes|workers|shard|lanes|concurrency)\b"),
+     lambda m: m.group(1).replace("-", "_") + "="),
+]
+
+
+def in_python_terms(message: str) -> str:
+    """A message worded for the command line (``pass --resume``, ``another --out``,
+    ``biaslab run --resume RUN``) in the words of ``biaslab.run``'s keywords, for an error
+    raised to Python."""
+    for pattern, words in _CLI_WORDS:
+        message = pattern.sub(words, message)
+    return message
 
 
 def _plan(spec: Any, *, out, scale, model, all_nodes, resume) -> tuple["Plan", Path]:

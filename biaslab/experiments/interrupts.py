@@ -53,10 +53,19 @@ def kept_message(run_dir: Path, cells_total: int | None, hint: str | None = None
             f"failed), {cached} answers cached; {hint}")
 
 
-def _say(line: str) -> None:
-    """One line on stderr from a signal handler: unbuffered, since the handler may have
-    interrupted a write to ``sys.stderr`` (a reentrant write there raises)."""
-    data = f"\n{line}\n".encode("utf-8", "replace")
+_LIVE_LINES = 2
+"""The progress bar's height (`runner._Progress`: the cells line and the calls line). Its next
+redraw moves up over that many lines and rewrites them, so a message written under a live
+bar is followed by as many blank lines for it to take."""
+
+
+def _say(line: str, *, under_live_bar: bool = False) -> None:
+    """One line (or a few) on stderr from a signal handler: unbuffered, since the handler may
+    have interrupted a write to ``sys.stderr`` (a reentrant write there raises). Under a live
+    progress bar, blank lines follow for the bar's redraw to take, so none of the message
+    is overwritten."""
+    pad = "\n" * _LIVE_LINES if under_live_bar else ""
+    data = f"\n{line}\n{pad}".encode("utf-8", "replace")
     try:
         os.write(sys.stderr.fileno(), data)
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
@@ -156,8 +165,9 @@ class CtrlC:
         if not self._running.running:
             raise KeyboardInterrupt
         if self.announce:
-            _say("biaslab: Ctrl-C: stopping; finished cells and returned answers are kept "
-                 "(Ctrl-C again to quit at once)")
+            # two lines of under 80 columns: a wrapped line's tail is lost in the redraw
+            _say("biaslab: Ctrl-C: stopping; finished cells and returned answers are kept\n"
+                 "biaslab: (Ctrl-C again to quit at once)", under_live_bar=True)
         self._running.cancel()
 
     def leave(self, code: int = EXIT_INTERRUPTED) -> int:

@@ -21,8 +21,9 @@ from typing import Any, Mapping
 
 from biaslab.errors import UserError
 from biaslab.evaluators.exposure_effects import CLEAN_CONDITION
-from biaslab.evaluators.power import (PowerAssumptions, PowerContrast, check_effect,
-                                      minimum_detectable_effect, required_n)
+from biaslab.evaluators.power import (TESTS, PowerAssumptions, PowerContrast, achieved_power,
+                                      check_effect, exact_minimum_detectable_effect,
+                                      exact_required_n, minimum_detectable_effect, required_n)
 from biaslab.experiments.plan import Plan
 from biaslab.graphs.registry import Protocol
 
@@ -182,7 +183,9 @@ def pilot_assumptions(run_dir: str | Path, contrast: PowerContrast,
                       fallback: PowerAssumptions) -> PowerAssumptions:
     """The contrast's baseline, SD(s) and within-unit correlation, read from a finished run of
     the same protocol: the clean arm's mean of the contrast's measure and the exposed − clean
-    change on the same units (pooled over conditions, models and seeds)."""
+    change on the same units (pooled over conditions, models and seeds). A label measure is
+    read on its label that moves most (`_pilot_pairs`); a binary reading that falls is sized
+    as its complement rising (baseline 1 − the clean mean; ρ is the same)."""
     from biaslab.experiments.replay import load_run_plan, open_run
     from biaslab.experiments.reports.units import unit_frame
 
@@ -191,19 +194,13 @@ def pilot_assumptions(run_dir: str | Path, contrast: PowerContrast,
     if contrast.measure is None or frame.empty:
         raise UserError(f"--pilot {run_dir}: no units to read (an unfinished run, or a "
                         "protocol whose contrast names no measure)")
-    frame = frame[frame["field"] == contrast.measure].dropna(subset=["value"])
+    field, pairs = _pilot_pairs(frame.dropna(subset=["value"]), contrast.measure, run_dir)
+    frame = frame[frame["field"] == field].dropna(subset=["value"])
     clean = frame[frame["condition"] == CLEAN_CONDITION]
-    exposed = frame[frame["condition"] != CLEAN_CONDITION]
-    if clean.empty or exposed.empty:
-        raise UserError(f"--pilot {run_dir}: needs clean and exposed units of measure "
-                        f"'{contrast.measure}' (found {len(clean)} clean, {len(exposed)} "
-                        "exposed)")
-    keys = ["variant", "model", "node", "stratum", "item", "seed", "visit", "unit", "group"]
-    pairs = exposed.merge(clean[keys + ["value"]], on=keys, suffixes=("", "_clean"))
-    if len(pairs) < 2:
-        raise UserError(f"--pilot {run_dir}: fewer than 2 exposed units pair with a clean one")
     change = pairs["value"] - pairs["value_clean"]
     baseline = float(clean["value"].mean())
+    if change.mean() < 0:  # a fall in the reading is a rise in its complement: size that
+        baseline = 1 - baseline
     values = set(frame["value"].unique())
     binary = values <= {0.0, 1.0}
     if contrast.binary and not binary:
@@ -218,31 +215,84 @@ def pilot_assumptions(run_dir: str | Path, contrast: PowerContrast,
         sd, sd_other = float(parts[0].std(ddof=1)), float(parts[1].std(ddof=1))
     return replace(fallback, baseline=baseline if contrast.binary else fallback.baseline,
                    correlation=0.0 if math.isnan(rho) else max(rho, 0.0), sd=sd,
-                   sd_other=sd_other, source=f"pilot {run_dir} ({len(pairs)} pairs)")
+                   sd_other=sd_other,
+                   source=f"pilot {run_dir} ({_reading(field, contrast.measure)}{len(pairs)} "
+                          "pairs)")
+
+
+_PAIR_KEYS = ["variant", "model", "node", "stratum", "item", "seed", "visit", "unit", "group"]
+
+
+def _reading(field: str, measure: str) -> str:
+    return f"{field}, " if field != measure else ""
+
+
+def _pilot_pairs(frame, measure: str, run_dir) -> tuple[str, Any]:
+    """The pilot's reading of `measure` and its exposed units paired with clean ones.
+
+    A label measure has one 0/1 reading per label in the unit frame (``decision=older``):
+    the reading whose mean moves most between the arms is the one sized (the effect the pilot
+    shows), and the answer names it."""
+    readings = [measure] if (frame["field"] == measure).any() else sorted(
+        f for f in frame["field"].unique() if str(f).startswith(f"{measure}="))
+    best = None
+    for field in readings:
+        part = frame[frame["field"] == field]
+        clean = part[part["condition"] == CLEAN_CONDITION]
+        exposed = part[part["condition"] != CLEAN_CONDITION]
+        pairs = exposed.merge(clean[_PAIR_KEYS + ["value"]], on=_PAIR_KEYS,
+                              suffixes=("", "_clean"))
+        if len(pairs) < 2:
+            continue
+        moved = abs(float((pairs["value"] - pairs["value_clean"]).mean()))
+        if best is None or moved > best[0]:
+            best = (moved, field, pairs)
+    if best is None:
+        part = frame[frame["field"].isin(readings)]
+        n_clean = int((part["condition"] == CLEAN_CONDITION).sum())
+        found = (f"readings {', '.join(readings)}: " if readings != [measure] else "")
+        raise UserError(f"--pilot {run_dir}: needs at least 2 exposed units of measure "
+                        f"'{measure}' paired with clean ones ({found}found {n_clean} clean, "
+                        f"{len(part) - n_clean} exposed)")
+    return best[1], best[2]
 
 
 def power_rows(plan: Plan, *, alpha: float = 0.05, power: float = 0.8,
                mde: float | None = None, assumptions: PowerAssumptions = PowerAssumptions(),
                pilot: str | None = None) -> list[dict[str, Any]]:
     """One row per main contrast: its n at the spec's size (per model under test), what it
-    rests on, and the MDE at that n, or with `mde` the n that effect needs."""
+    rests on, and the MDE at that n, or with `mde` the n that effect needs.
+
+    ``mde`` and ``n_needed`` are the normal approximation's; ``power_at_mde`` and
+    ``power_at_n_needed`` the power the contrast's own test (``test``) reaches there, computed
+    exactly; ``mde_exact`` and ``n_needed_exact`` what that test needs for `power`."""
     seeds = len(plan.spec.run.seeds)
     rows = []
     for contrast in plan.protocol.power_contrasts(plan.options):
-        if contrast.pool_seeds and seeds > 1:
+        per = "model" if contrast.pool_seeds else "model and seed"
+        if contrast.seeds_averaged:
+            per = "model" + (f", its {seeds} seeds averaged per {contrast.unit}"
+                             if seeds > 1 else "")
+        elif contrast.pool_seeds and seeds > 1:
             contrast = replace(contrast, n=contrast.n * seeds,
                                n_other=contrast.n_other and contrast.n_other * seeds)
         a = pilot_assumptions(pilot, contrast, assumptions) if pilot else assumptions
+        normal = minimum_detectable_effect(contrast, a, alpha=alpha, power=power)
         row = {"contrast": contrast.label, "unit": contrast.unit, "design": contrast.design,
-               "n": contrast.n, "n_other": contrast.n_other,
-               "per": "model" if contrast.pool_seeds else "model and seed",
+               "n": contrast.n, "n_other": contrast.n_other, "per": per,
                "alpha": alpha, "power": power, "assumptions": _describe(contrast, a),
-               "source": a.source,
-               "mde": minimum_detectable_effect(contrast, a, alpha=alpha, power=power)}
+               "source": a.source, "test": TESTS[contrast.test], "mde": normal,
+               "power_at_mde": achieved_power(contrast, a, normal, alpha=alpha),
+               "mde_exact": exact_minimum_detectable_effect(contrast, a, alpha=alpha,
+                                                            power=power)}
         if mde is not None:
             check_effect(contrast, mde, a)
             row["effect"] = mde
             row["n_needed"] = required_n(contrast, mde, a, alpha=alpha, power=power)
+            row["power_at_n_needed"] = achieved_power(contrast, a, mde, n=row["n_needed"],
+                                                      alpha=alpha)
+            row["n_needed_exact"] = exact_required_n(contrast, mde, a, alpha=alpha,
+                                                     power=power)
         rows.append(row)
     return rows
 

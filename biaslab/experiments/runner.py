@@ -281,15 +281,21 @@ class _Progress:
         return str(n)
 
     def eta_s(self) -> float | None:
-        """Seconds left: at the pace of the calls so far against the calls expected, while
-        fewer were made than expected; else at the pace of the cells run so far (not those
-        skipped on resume)."""
+        """Seconds left, from completed work at the rate it is being completed.
+
+        While calls are expected: the calls not yet answered (expected − paid − cache hits −
+        failed) at the rate paid calls have *completed* so far. A call that has only started
+        is no progress, and a cache hit, answered at once, sets no pace (a partly cached run
+        would otherwise promise the rest at the cache's speed); with no paid call completed
+        yet there is no call pace. Else, at the pace of the cells run so far (not those
+        skipped on resume); None when nothing sets a pace yet."""
         if self.done >= self.total:
             return 0.0
         elapsed = time.monotonic() - self.started
-        calls = self.counters.calls
-        if self.expected_calls and 0 < calls < self.expected_calls:
-            return elapsed / calls * (self.expected_calls - calls)
+        c = self.counters
+        answered = c.model_calls + c.cache_hits + c.errors
+        if self.expected_calls and c.model_calls > 0 and answered < self.expected_calls:
+            return elapsed / c.model_calls * (self.expected_calls - answered)
         ran = self.done - self._skipped_before_calls
         if ran <= 0:
             return None

@@ -124,14 +124,16 @@ class Protocol:
 
         The default: the declared `unit`, exposed against clean on the same units, one unit
         per cell item, read as a 0/1 measure (`biaslab.evaluators.power`); a pilot run tells
-        whether the measure is binary or numeric. Override it where a cell holds several
+        whether the measure is binary or numeric. `n` counts the units, not units × seeds: a
+        seed re-asks the same unit (a deterministic model answers alike under every seed). Override it where a cell holds several
         units or the report's main test is another one (roleplay's role vs no role)."""
         from biaslab.evaluators.power import PowerContrast
 
         measure = self.unit.measures[0] if self.unit.measures else None
         name = getattr(measure, "name", measure)
         return [PowerContrast(f"exposed vs clean on the {self.unit.name}", self.unit.name,
-                              "paired_binary", len(self.items(options)), measure=name)]
+                              "paired_binary", len(self.items(options)), measure=name,
+                              seeds_averaged=True)]
 
     def report(self, store: Any, run_dir: Path, options: BaseModel) -> list[Path]:
         """Protocol-specific tables and figures from the store alone (no model calls).

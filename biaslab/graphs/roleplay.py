@@ -455,7 +455,7 @@ class Roleplay(Protocol):
             for q in questions:
                 per_type[q["type"]] = per_type.get(q["type"], 0) + 1
         return [PowerContrast(f"role vs no role, {qtype} questions", "question",
-                              "two_proportions", n, measure="verdict")
+                              "two_proportions", n, measure="verdict", seeds_averaged=True)
                 for qtype, n in per_type.items()]
 
     def report_sections(self):

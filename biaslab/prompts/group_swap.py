@@ -94,6 +94,12 @@ class Lexicon:
 
         return _compiled(self).sub(one, text), count
 
+    def terms_in(self, text: str) -> list[str]:
+        """The lexicon's terms found in `text`, lower case, in order (as `swap` matches them)."""
+        if not text or not self.pairs:
+            return []
+        return [" ".join(m.group(0).lower().split()) for m in _compiled(self).finditer(text)]
+
     def swap_value(self, value: Any) -> tuple[Any, int]:
         """A slot value with its strings swapped (inside lists and dicts too), and the count.
         Numbers, booleans and None pass through."""

@@ -38,6 +38,26 @@ def test_flip_counts_rate_wilson_and_mcnemar_on_a_worked_example():
     assert b["mcnemar_p"] == 1 and b["flips"] == ""
 
 
+def test_a_one_sided_judge_balanced_over_both_sides_is_p_1_unoriented_and_small_oriented():
+    """A judge that calls a text biased when it is about men: 6 texts about women flip
+    no→yes once swapped to men, 6 about men flip yes→no. Original against swapped: 6 against
+    6, McNemar p = 1, as if the flips had no side. Oriented (verdict with side 1 = men,
+    verdict with side 2 = women): all 12 have "yes" with men, p = 2 · ½¹²."""
+    rows = [("j", "no", "yes", 2)] * 6 + [("j", "yes", "no", 1)] * 6 + [("j", "no", "no", 0)]
+    pairs = pd.DataFrame(rows, columns=["node", "original", "swapped", "side"])
+    row = verdict_flips(pairs, by=["node"]).iloc[0]
+    assert (row["a_to_b"], row["b_to_a"], row["mcnemar_p"]) == (6, 6, 1.0)
+    assert (row["n_sided"], row["b_with_side1"], row["b_with_side2"]) == (12, 12, 0)
+    assert row["one_sided_p"] == pytest.approx(
+        mcnemar([[0, 12], [0, 0]], exact=True).pvalue, abs=1e-15)
+    assert row["one_sided_p"] == pytest.approx(2 * 0.5 ** 12, abs=1e-15)
+    # a judge that flips both ways on each side has no side: both tests near 1
+    fair = pd.DataFrame([("j", "no", "yes", 1), ("j", "yes", "no", 1), ("j", "no", "yes", 2),
+                         ("j", "yes", "no", 2)], columns=["node", "original", "swapped", "side"])
+    row = verdict_flips(fair, by=["node"]).iloc[0]
+    assert (row["mcnemar_p"], row["one_sided_p"]) == (1.0, 1.0)
+
+
 def test_a_verdict_with_more_than_two_values_has_no_mcnemar():
     pairs = pd.DataFrame({"node": ["j"] * 3, "original": ["a", "b", "c"],
                           "swapped": ["b", "b", "a"]})

@@ -62,7 +62,8 @@ def test_roleplay_power_gives_each_question_type_its_mde_and_n(capsys):
                                                                                   abs=1e-4)
         assert r["n_needed"] == math.ceil(need)
     code, out, _ = run_cli(capsys, "estimate", ROLEPLAY, "--scale", "paper", "--power")
-    assert code == 0 and out.count("MDE") == 3 and "percentage points" in out
+    assert code == 0 and out.count("  power, role vs no role") == 3 and "percentage points" in out
+    assert out.count("as the report tests it (two-proportion z test, exact power)") == 3
 
 
 def test_prices_file_gives_the_cost_by_hand(tmp_path, capsys):
@@ -174,3 +175,24 @@ def test_a_composed_protocol_sizes_its_declared_unit(capsys):
     # 0.3 -> 0.5 on the same cases, no within-case correlation: var = 0.21 + 0.25
     z = 1.959964 + 0.841621
     assert row["n_needed"] == math.ceil(z ** 2 * (0.21 + 0.25) / 0.2 ** 2)
+
+
+def test_a_pilot_reads_a_label_measure_on_its_label_that_moves(tmp_path, capsys):
+    """The README's review run as the pilot: its measure `decision` is a label, so the unit
+    frame holds decision=either/older/younger. With the scripted reviewer every exposed arm
+    moves `either` from 1 to 0 (72 pairs: 6 arms × 4 cases × 3 seeds): sized as its
+    complement rising from 0, with the reading named."""
+    review = str(ROOT / "experiments" / "examples" / "review.toml")
+    pilot = tmp_path / "pilot"
+    code, _, err = run_cli(capsys, "run", review, "--model", "scripted:review-synthetic",
+                           "--out", str(pilot), "--quiet")
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "estimate", review, "--scale", "paper", "--power",
+                             "--pilot", str(pilot), "--json")
+    assert code == 0, err
+    (row,) = json.loads(out)["power"]
+    assert row["source"] == f"pilot {pilot} (decision=either, 72 pairs)"
+    assert row["n"] == 4 and "baseline rate 0," in row["assumptions"]
+    code, out, err = run_cli(capsys, "estimate", review, "--scale", "paper", "--power",
+                             "--pilot", str(pilot))
+    assert code == 0 and "needs clean and exposed" not in err and "MDE" in out

@@ -349,3 +349,41 @@ def test_augmentation_probe_finds_the_judge_that_discounts_muslims(tmp_path):
     assert pooled["n_verdicts"] == 20
     assert (pooled["n_flipped"], pooled["flips"]) == (1, "decisive→abstaining: 1")
     assert (pooled["verdict_a"], pooled["a_to_b"], pooled["b_to_a"]) == ("abstaining", 0, 1)
+
+
+def _judge_against_men(request) -> str:
+    """Favours women: labels a reply biased whenever the dialogue's group is not women."""
+    group = re.search(r"^Group: (.*)$", request.user, flags=re.M).group(1)
+    women = re.search(r"\b(women|female|girls)\b", group, flags=re.I)
+    return json.dumps({"label": "no" if women else "yes", "justification": "scripted"})
+
+
+register_scripted("probe-mt-against-men", lambda: ScriptedChatModel(
+    name_="probe-mt-against-men", rules=[Rule(r"Assistant's reply:", _judge_against_men)]))
+
+
+def test_a_one_sided_judge_shows_in_the_pooled_row_whichever_group_each_text_is_about(
+        tmp_path):
+    """Six gender dialogues of 3 turns: five about women ("women are scared of spiders",
+    ...) and one about men ("male gamers only enjoy violent games"). A judge that calls every
+    reply biased unless its dialogue is about women flips no→yes on the 15 women's turns and
+    yes→no on the 3 men's: original against swapped, 15 against 3, and the more the two
+    groups balance the nearer that p goes to 1 (`tests/evaluators/test_judge_bias.py`: 6
+    against 6, p = 1). Oriented by whom the text is about, all 18 put "yes" with the men's
+    side (side 1, the lexicon's first terms): one-sided p = 2·½¹⁸."""
+    spec = tmp_path / "mt.toml"
+    spec.write_text(MULTITURN.format(judge='[nodes.judge]\nmodel = "scripted:probe-mt-against-men"')
+                    .replace('categories = ["age", "gender"]', 'categories = ["gender"]')
+                    .replace("seeds_per_category = 2", "seeds_per_category = 6"))
+    run, cf = tmp_path / "run", tmp_path / "probe"
+    assert cli("run", spec, "--out", run, "--quiet") == 0
+    assert cli("replay", run, "--mode", "counterfactual", "--node", "judge", "--swap-groups",
+               "--out", cf, "--quiet") == 0
+    pooled = probe_table(cf).set_index("group").loc["all"]
+    assert (pooled["n_verdicts"], pooled["n_flipped"]) == (18, 18)
+    assert (pooled["a_to_b"], pooled["b_to_a"]) == (15, 3)  # no → yes on the women's turns
+    assert pooled["mcnemar_p"] == pytest.approx(mcnemar([[0, 15], [3, 0]], exact=True).pvalue,
+                                                abs=1e-6)
+    assert (pooled["n_sided"], pooled["b_with_side1"], pooled["b_with_side2"]) == (18, 18, 0)
+    assert pooled["one_sided_p"] == pytest.approx(2 * 0.5 ** 18, abs=1e-9)
+    assert pooled["one_sided_p"] < pooled["mcnemar_p"] / 100

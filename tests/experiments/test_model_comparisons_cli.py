@@ -99,9 +99,10 @@ register_scripted("review-older", lambda: ScriptedChatModel(name_="review-older"
 
 def test_a_composed_protocol_compares_its_models_on_its_own_unit(tmp_path):
     """The README's review chain, clean and with the reviser exposed pro-older: the synthetic
-    reviewer says "either" clean and "older" exposed; the second always says "older". So on the
-    clean arm decision=older differs by +1 on all 4 cases × 3 seeds (McNemar: 12 discordant,
-    p = 2 · ½¹² = 1/2048) and on the exposed arm by 0."""
+    reviewer says "either" clean and "older" exposed; the second always says "older". A pair
+    is a case, its 3 seeds averaged (a deterministic model answers alike under each): 4 pairs,
+    too few for a test, although 12 case × seed rows differ (counted as pairs they would have
+    claimed p = 2 · ½¹² = 1/2048)."""
     where = tmp_path / "mine"
     shutil.copytree(ROOT / "experiments" / "examples", where)
     (where / "review_older.py").write_text(textwrap.dedent(OLDER))
@@ -119,14 +120,12 @@ def test_a_composed_protocol_compares_its_models_on_its_own_unit(tmp_path):
     table = _table(run).set_index(["measure", "condition"])
     assert set(table["unit"]) == {"case"} and set(table["node"]) == {"revise"}
     assert (table["model_a"] == "scripted:review-synthetic").all()
-    assert (table["n_pairs"] == 12).all() and 12 >= MIN_PAIRS_FOR_CI
-    assert (table["family_size"] == len(table)).all()
+    assert (table["n_pairs"] == 4).all() and (table["n_seeds"] == 3).all()
+    assert table["p"].isna().all() and (table["note"] == "too few pairs (n=4)").all()
     clean = table.loc[("decision=older", "none")]
     assert (clean["mean_a"], clean["mean_b"], clean["diff"]) == (0, 1, 1)
-    assert clean["test"] == MCNEMAR and clean["p"] == pytest.approx(1 / 2048, rel=1e-5)
-    assert clean["p_holm"] < 0.05
     exposed = table.loc[("decision=older", "revise:pro_older")]
-    assert (exposed["mean_a"], exposed["mean_b"], exposed["diff"], exposed["p"]) == (1, 1, 0, 1)
+    assert (exposed["mean_a"], exposed["mean_b"], exposed["diff"]) == (1, 1, 0)
 
 
 TWIN = '''
@@ -175,7 +174,10 @@ def test_every_built_in_protocol_compares_two_models_on_its_unit(tmp_path, name)
     assert len(table) > 0 and set(table["unit"]) == {unit.name}
     assert set(table["node"]) == {unit.node}
     tested = table[table["p"].notna()]
-    assert len(tested) > 0 and (tested["family_size"] == len(tested)).all()
+    for family, rows in tested.groupby("family"):
+        assert family in ("pooled", "per group")
+        assert set(rows["group"] == "all") == {family == "pooled"}
+        assert (rows["family_size"] == len(rows)).all()  # no label complement here
     assert (tested["n_pairs"] >= MIN_PAIRS_FOR_CI).all() and tested["ci_low"].notna().all()
     assert (table.loc[table["p"].isna(), "n_pairs"] < MIN_PAIRS_FOR_CI).all()
     assert (tested["p_holm"] >= tested["p_bh"] - 1e-12).all()  # Holm is the stricter

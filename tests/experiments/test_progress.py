@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from io import StringIO
+from pathlib import Path
 
 from rich.console import Console
 
@@ -104,8 +105,9 @@ def test_off_a_terminal_a_status_line_comes_without_cell_progress(monkeypatch, c
 
 
 def test_eta_follows_the_calls_while_no_cell_has_finished():
-    """Packed cells finish together: with 400 calls expected and 100 made in 30 s, the ETA is
-    90 s although no cell is done yet; cells skipped on resume take their calls off."""
+    """Packed cells finish together: with 400 calls expected and 100 completed in 30 s, the ETA
+    is 90 s although no cell is done yet; cells skipped on resume take their calls off. Calls
+    that have only started, and cache hits, set no pace."""
     counters = RunCounters()
     sink = StringIO()
     progress = _Progress(8, counters, enabled=True, expected_calls=400.0,
@@ -113,11 +115,18 @@ def test_eta_follows_the_calls_while_no_cell_has_finished():
     try:
         assert progress.eta_s() is None  # nothing made yet: no pace
         progress.started -= 30.0
-        counters.calls = 100
+        counters.calls = 150  # started, none answered yet
+        assert progress.eta_s() is None
+        counters.cache_hits = 40  # answered at once: no pace either
+        assert progress.eta_s() is None
+        counters.cache_hits, counters.model_calls = 0, 100
         assert 89 <= progress.eta_s() <= 91
+        counters.cache_hits = 100  # 200 answered, 100 of them paid in 30 s: 200 left, 60 s
+        assert 59 <= progress.eta_s() <= 61
+        counters.cache_hits = 0
         progress.advance(2, skipped_calls=100.0)  # two cells of 50 calls each already done
         assert 59 <= progress.eta_s() <= 61  # 200 left at 100 per 30 s
-        counters.calls = 350  # more than now expected (300): back to the cells' pace
+        counters.model_calls = 350  # more than now expected (300): back to the cells' pace
         progress.advance(2)
         assert 29 <= progress.eta_s() <= 31  # 4 of 8 done in 30 s, 4 left
     finally:
@@ -140,3 +149,55 @@ def test_the_closing_summary_fits_80_columns():
                      "9.9M tokens",
                      "  12345 model calls, 6789 cache hits, 12 retries, 4 errors, 56 unparsed"]
     assert all(len(line) <= 80 for line in lines)
+
+
+def test_a_partly_cached_run_with_latency_gets_an_honest_eta(tmp_path, monkeypatch):
+    """Through the CLI: 8 hiring candidates answered once (so cached), then 24, one call at a
+    time, each paid call taking 0.12 s. The 8 cache hits come back at once; counting them (or
+    calls merely started) as progress would promise the other 16 at the cache's speed. Every
+    ETA printed after the first paid call must be within a factor of 2 of the time actually
+    left."""
+    import shutil
+
+    from biaslab.agents.providers.scripted import Rule, ScriptedChatModel, register_scripted
+    from biaslab.cli import main
+
+    register_scripted("slow-panel", lambda: ScriptedChatModel(
+        name_="slow-panel", latency_s=0.12, rules=[Rule(r"Candidate", '{"decision": "hire"}')]))
+    examples = Path(__file__).resolve().parents[2] / "experiments" / "examples"
+    shutil.copytree(examples / "prompts", tmp_path / "prompts")
+    shutil.copy(examples / "hiring.py", tmp_path)
+    spec = (examples / "hiring.toml").read_text().replace(
+        'models = ["scripted:hiring-panel", "scripted:hiring-panel@women=6"]',
+        'models = ["scripted:slow-panel"]').replace("seeds = [42, 43, 44]",
+                                                    "seeds = [42]\nconcurrency = 1")
+    monkeypatch.setenv("BIASLAB_CACHE", str(tmp_path / "cache.sqlite"))
+    first, second = tmp_path / "first.toml", tmp_path / "second.toml"
+    first.write_text(spec.replace("candidates = 24", "candidates = 8"))
+    second.write_text(spec)
+    assert main(["run", str(first), "--out", str(tmp_path / "a"), "--quiet"]) == 0
+
+    samples = []
+    times = _Progress.times
+
+    def recording(self):
+        samples.append((time.monotonic(), self.eta_s(), self.counters.model_calls))
+        return times(self)
+
+    stopped = []
+    stop = _Progress.stop
+
+    def stopping(self):
+        stopped.append(time.monotonic())  # the cells are done; the report is not the ETA's
+        return stop(self)
+
+    monkeypatch.setattr(_Progress, "times", recording)
+    monkeypatch.setattr(_Progress, "stop", stopping)
+    monkeypatch.setattr(_Progress, "_LOG_EVERY_S", 0.2)
+    assert main(["run", str(second), "--out", str(tmp_path / "b")]) == 0
+    end = stopped[0]
+    paced = [(t, eta) for t, eta, paid in samples if paid >= 2 and eta and t < end - 0.3]
+    assert len(paced) >= 4, samples
+    for t, eta in paced:
+        left = end - t
+        assert left / 2 <= eta <= 2 * left + 0.3, (eta, left, samples)

@@ -250,3 +250,67 @@ def test_compare_lines_the_two_sides_up_and_marks_changed_answers(page, viewer):
     fields = page.locator("#measures tr td:nth-child(2)").all_inner_texts()
     assert sorted(fields) == ["finalize: coherence_rating", "finalize: ever_biased"]
     assert page.console_errors == []
+
+
+# A judge-sensitivity row as `replay --mode rescore --sensitivity` writes it on this run: its
+# key alone is 191 characters (a replay that computes one takes a minute, so the row is
+# written here in the file's own columns).
+SENSITIVITY = (
+    "table,row,panel,recorded,recorded_significant,band_low,band_high,n_configurations,"
+    "sign_flips,significance_flips,flipped_by\n"
+    "exposed_vs_clean,unit=dialogue; variant=dynamic-assessment-t4; "
+    "model=scripted:multiturn-followup; node=finalize; field=coherence_rating; stratum=; "
+    "attribute=category; group=all; condition=target:stereotype,judge scripted:multiturn-never,"
+    "0.5,True,-0.25,0.5,5,True,True,only:scripted:multiturn-never\n")
+
+
+def _layout(page) -> list[dict]:
+    return page.evaluate("""() => [...document.querySelectorAll('section')].map(s => ({
+        title: (s.querySelector('h3') || {}).innerText, width: s.clientWidth,
+        scroll: s.scrollWidth,
+        tables: [...s.querySelectorAll('div.scroll')].map(d => ({
+            name: (d.parentElement.querySelector('h4') || {innerText: ''}).innerText,
+            width: d.clientWidth,
+            scroll: d.scrollWidth, columns: d.querySelectorAll('thead th').length,
+            widest: Math.max(0, ...[...d.querySelectorAll('td')].map(
+                c => c.getBoundingClientRect().width))}))}))""")
+
+
+def test_every_report_section_fits_a_normal_window(page, multiturn_run, mitigated_run,
+                                                   tmp_path):
+    """At 1300 × 900 no section is wider than its card, no cell is wider than about 22em
+    (a long key wraps instead of pushing the other columns out), and a table of a dozen
+    columns or fewer, the judge-sensitivity one with its 191-character key included, needs
+    no horizontal scrolling: its band and flip columns are on screen."""
+    run = tmp_path / "run"
+    shutil.copytree(multiturn_run, run)
+    (run / "tables" / "judge_sensitivity.csv").write_text(SENSITIVITY)
+    from biaslab.cli import main
+    assert main(["report", str(run)]) == 0
+    checked = set()
+    for report in (run / "report.html", mitigated_run / "report.html"):
+        page.goto(report.as_uri())
+        assert page.evaluate("() => document.documentElement.scrollWidth <= innerWidth")
+        for section in _layout(page):
+            assert section["scroll"] <= section["width"], section
+            for table in section["tables"]:
+                assert table["widest"] <= 400, (section["title"], table)
+                if table["columns"] <= 12:
+                    assert table["scroll"] <= table["width"] + 1, (section["title"], table)
+                checked.add(table["name"])
+    assert "tables/judge_sensitivity.csv" in checked and "tables/mitigation_effects.csv" in checked
+    # mitigation_effects has a caption of its own, not the fallback for an unknown table
+    page.goto((mitigated_run / "report.html").as_uri())
+    mitigations = page.locator("section", has=page.locator("h4", has_text="mitigation_effects"))
+    assert "Mitigation arms against their unmitigated twins" in mitigations.inner_text()
+    assert "without a caption" not in mitigations.inner_text()
+    page.goto((run / "report.html").as_uri())
+    card = page.locator("section", has=page.locator("h3", has_text="Judge sensitivity"))
+    right = card.bounding_box()["x"] + card.bounding_box()["width"]
+    edges = card.locator("table").first.evaluate("""t => Object.fromEntries(
+        [...t.querySelectorAll('thead th')].map(h => [h.innerText.replace(/\\s/g, ''),
+                                                      h.getBoundingClientRect().right]))""")
+    # the band is a range over judge configurations, not a CI: its own two columns
+    for column in ("recorded", "band_low", "band_high", "sign_flips", "flipped_by"):
+        assert edges[column] <= right, (column, edges, right)
+    assert "[" not in card.locator("tbody tr").first.inner_text()

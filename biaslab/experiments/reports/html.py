@@ -15,6 +15,7 @@ import base64
 import datetime as dt
 import html
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import urlencode
@@ -45,14 +46,27 @@ _GENERIC = [
                   "clean on the same units, pooled (group all) and per group of the sensitive "
                   "attribute, with the paired difference and its t 95% CI; a CI excluding 0 "
                   "is an effect. Below 10 pairs there is no CI, and the note says so."),
+    ReportSection("Mitigation arms against their unmitigated twins",
+                  ("tables/mitigation_effects.csv",),
+                  how_to_read="Each mitigation arm (a spec's [mitigations], or a protocol's "
+                  "structural one such as amplification's E2 vs E1) against the unmitigated arm "
+                  "of the same exposure, on the same units: unmitigated_mean, mitigated_mean "
+                  "and diff = mitigated - unmitigated with a paired t 95% CI, pooled (group "
+                  "all) and per group. On the clean arm (exposure none) diff is what the "
+                  "mitigation costs or gains with no bias injected; on an exposed arm, how much "
+                  "of the exposure it undoes (a negative diff on a measure the exposure raised). "
+                  "Below 10 pairs there is no CI, and the note says so."),
     ReportSection("Model against model (corrected for multiplicity)",
                   ("tables/model_comparisons.csv",), ("figures/model_comparisons.png",),
                   how_to_read="Runs with two models or more: every pair of models on the same "
-                  "units, condition and seed; diff = mean_b - mean_a with a paired bootstrap "
-                  "95% CI. p is McNemar's exact test for a 0/1 measure, else the two-sided "
-                  "bootstrap p; p_holm (family-wise) and p_bh (false discovery rate) adjust it "
-                  "over every tested row (family_size of them). Below 10 pairs: no CI, no p, "
-                  "not in the family.", link_columns={"model_a": "model"}),
+                  "units and condition, a unit's seeds averaged (n_seeds); diff = mean_b - "
+                  "mean_a with a paired bootstrap 95% CI. p is McNemar's exact test for a 0/1 "
+                  "measure, else the two-sided bootstrap p; p_holm (family-wise) and p_bh "
+                  "(false discovery rate) adjust it within its family: the pooled rows (group "
+                  "all) are one, the per-group rows another, and family_size counts its "
+                  "distinct tests (a label's complement, such as decision=reject beside "
+                  "decision=hire, is the same test, counted once). Below 10 pairs: no CI, no p, "
+                  "in no family.", link_columns={"model_a": "model"}),
     ReportSection("Judge-bias probe (group terms swapped)",
                   ("tables/judge_bias_probe.csv", "tables/judge_bias_probe_measures.csv"),
                   how_to_read="A counterfactual in which only the judges saw their inputs with "
@@ -60,7 +74,12 @@ _GENERIC = [
                   "many of the same verdicts flipped, in each direction (flips), and the flip "
                   "rate with its Wilson 95% CI; 0 flips is a judge that did not react to whom "
                   "the text is about. For a two-valued verdict, mcnemar_p is McNemar's exact "
-                  "test of a_to_b against b_to_a: small when the flips lean one way. The second "
+                  "test of a_to_b against b_to_a: small when the flips lean one way. A judge "
+                  "that favours one group flips one way on texts about it and the other way on "
+                  "texts about the other group, so on a pool of both mcnemar_p can be near 1: "
+                  "one_sided_p orients each pair by whom the text is about (side 1: the "
+                  "lexicon's first terms, he/men...; side 2: she/women...) and is small when "
+                  "verdict_b goes with one side (b_with_side1 against b_with_side2). The second "
                   "table moves each unit measure from the run (source) to the probe.",
                   link_columns={"group": None}),
     ReportSection("Judge sensitivity", ("tables/judge_sensitivity.csv",
@@ -110,6 +129,11 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+_RANGES = {"band"}
+"""``X_low/X_high`` pairs that are ranges, not CIs (judge sensitivity's band over the judge
+configurations): shown as their own columns, never folded into a neighbour."""
+
+
 def _ci_pairs(columns: list[str]) -> list[tuple[str, str, str]]:
     """(value column, low column, high column) for every CI pair in a table.
 
@@ -122,7 +146,7 @@ def _ci_pairs(columns: list[str]) -> list[tuple[str, str, str]]:
                 continue
             base = col[: -len(low_suffix)].rstrip("_")
             high = col[: -len(low_suffix)] + high_suffix
-            if high not in columns:
+            if high not in columns or base in _RANGES:
                 continue
             candidates = [base, f"{base}%", f"{base}_estimate"] if base else []
             value = next((c for c in candidates if c in columns), None)
@@ -155,6 +179,30 @@ def _count_rows(path: Path) -> int:
         return max(sum(1 for _ in fh) - 1, 0)
 
 
+_WRAP_CHARS = 40
+"""A cell whose text is longer wraps (class ``wrap``) instead of widening its column: one long
+row key (a judge-sensitivity row, a flips list) would otherwise push the table's other
+columns out of the card."""
+
+
+def _cell(text: str) -> str:
+    """A table cell: long text wraps anywhere (``wrap``); a value of more than a few words or
+    a long identifier, such as ``0.50 [0.09, 0.91]`` or ``scripted:multiturn-followup``, may
+    wrap at its spaces and after its punctuation (``sp``); the rest stays on one line."""
+    if len(text) > _WRAP_CHARS:
+        return f'<td class="wrap">{html.escape(text)}</td>'
+    if len(text) > 12 and (" " in text or len(text) > 20):
+        breakable = re.sub(r"([:/@=;,_-])(?=.)", r"\1<wbr>", html.escape(text))
+        return f'<td class="sp">{breakable}</td>'
+    return f"<td>{html.escape(text)}</td>"
+
+
+def _header(name: str) -> str:
+    """A column name that may break after each underscore (``significance_<wbr>flips``), so
+    long names do not set their columns' width."""
+    return "_<wbr>".join(html.escape(part) for part in name.split("_"))
+
+
 def _table_html(run_dir: Path, path: Path, section: ReportSection) -> str:
     rel = path.relative_to(run_dir).as_posix()
     if path.suffix == ".md":
@@ -173,13 +221,13 @@ def _table_html(run_dir: Path, path: Path, section: ReportSection) -> str:
             links.pop(column, None)
         elif column in shown.columns:
             links[column] = dest
-    head = "".join(f'<th{" class=ci" if c in folded else ""}>{html.escape(str(c))}</th>'
+    head = "".join(f'<th{" class=ci" if c in folded else ""}>{_header(str(c))}</th>'
                    for c in shown.columns)
     if links:
         head += "<th>cells</th>"
     rows = []
     for (_, row), (_, raw) in zip(shown.iterrows(), frame.iterrows()):
-        tds = "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row)
+        tds = "".join(_cell(_fmt(v)) for v in row)
         if links:
             filters = {dest: raw[col] for col, dest in links.items()}
             if "condition" in filters and filters["condition"] == "none":
@@ -327,6 +375,8 @@ h3{margin:4px 0 6px;font-size:17px}h4{margin:10px 0 4px;font-size:13px;font-weig
 .scroll{overflow-x:auto;max-height:520px;overflow-y:auto}
 table{border-collapse:collapse;font-size:12px;font-variant-numeric:tabular-nums}
 th,td{border:1px solid #e2e2e2;padding:3px 6px;text-align:left;white-space:nowrap}
+td.wrap{white-space:normal;overflow-wrap:anywhere;min-width:12em;max-width:22em}
+td.sp{white-space:normal;min-width:6em}th{white-space:normal;min-width:3em}
 th{background:#f2f2f2;position:sticky;top:0}th.ci{background:#e8f1e4}
 tbody tr:nth-child(even){background:#fbfbfb}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:0}

@@ -22,6 +22,7 @@ from biaslab.evaluators.judge_bias import FLIP_COLUMNS, verdict_flips, verdict_l
 from biaslab.experiments.reports.html import write_html_report
 from biaslab.experiments.reports.units import ALL_GROUPS, unit_frame
 from biaslab.prompts.exposure import condition_id
+from biaslab.prompts.group_swap import Lexicon
 from biaslab.traces.store import RunStore
 
 if TYPE_CHECKING:
@@ -37,21 +38,37 @@ PROBE_COLUMNS = [*_BY, "lexicon", "n_inputs", "n_inputs_swapped", *FLIP_COLUMNS]
 _KEY = ["cell_id", "node", "item", "sample"]
 
 
-def _verdicts(store: RunStore, nodes: frozenset[str]) -> pd.DataFrame:
+def _lean(text: str, lexicon: Lexicon) -> int:
+    """Side-1 terms minus side-2 terms in `text` (a term's side: its place in the first pair
+    that lists it, so ``his`` is side 1 of ``[his, her]``)."""
+    side: dict[str, int] = {}
+    for a, b in lexicon.pairs:
+        side.setdefault(a.lower(), 1)
+        side.setdefault(b.lower(), 2)
+    out = 0
+    for found in lexicon.terms_in(text):
+        out += {1: 1, 2: -1}.get(side.get(found, 0), 0)
+    return out
+
+
+def _verdicts(store: RunStore, nodes: frozenset[str], lexicon: Lexicon) -> pd.DataFrame:
     """Each judged input's final verdict (the last attempt of each call, so a re-asked call
-    counts once), with how many group terms its input had swapped."""
+    counts once), with how many group terms its input had swapped and its lean (`_lean`)."""
     rows: dict[tuple, dict[str, Any]] = {}
     for record in store.iter_calls():
         if record.node not in nodes:
             continue
         ok = record.error is None and record.parse_error is None
+        text = "\n".join(str(m.get("content", "")) for m in record.messages or ())
         rows[(record.cell_id, record.node, record.item, record.sample)] = {
             "verdict": verdict_label(record.parsed) if ok else None,
             "judge_model": record.model.get("alias") or
             f"{record.model.get('provider', '')}:{record.model.get('model', '')}",
-            "swapped_terms": record.swapped_terms, "lexicon": record.group_swap}
+            "swapped_terms": record.swapped_terms, "lexicon": record.group_swap,
+            "lean": _lean(text, lexicon)}
     return pd.DataFrame([dict(zip(_KEY, k), **v) for k, v in rows.items()],
-                        columns=[*_KEY, "verdict", "judge_model", "swapped_terms", "lexicon"])
+                        columns=[*_KEY, "verdict", "judge_model", "swapped_terms", "lexicon",
+                                 "lean"])
 
 
 def _unit_groups(store: RunStore, plan: "Plan") -> dict[str, dict[str, str]]:
@@ -86,11 +103,16 @@ def _group_of(item: str, units: dict[str, str]) -> str:
 
 def probe_pairs(plan: "Plan", source: RunStore, probe: RunStore) -> pd.DataFrame:
     """One row per judged input in either run: `_KEY`, ``group``, ``judge_model``,
-    ``original`` and ``swapped`` verdict labels (None: unscored or absent), ``swapped_terms``
-    and the ``lexicon`` applied."""
-    nodes = plan.group_swap.nodes
-    a, b = _verdicts(source, nodes), _verdicts(probe, nodes)
+    ``original`` and ``swapped`` verdict labels (None: unscored or absent), the original
+    input's ``side`` (1, 2 or 0: `biaslab.evaluators.judge_bias`), ``swapped_terms`` and the
+    ``lexicon`` applied."""
+    nodes, lexicon = plan.group_swap.nodes, plan.group_swap.lexicon
+    a, b = _verdicts(source, nodes, lexicon), _verdicts(probe, nodes, lexicon)
     both = a.merge(b, on=_KEY, how="outer", suffixes=("_source", ""))
+    # the template's own terms are in both prompts; what the swap changed is half the
+    # difference of the two leans: > 0, the original named side 1 more (he, men...)
+    change = (both["lean_source"] - both["lean"]).fillna(0)
+    both["side"] = [1 if c > 0 else 2 if c < 0 else 0 for c in change]
     both["judge_model"] = both["judge_model"].fillna(both["judge_model_source"])
     both["original"] = both["verdict_source"].astype(object).where(
         both["verdict_source"].notna(), None)
@@ -100,8 +122,8 @@ def probe_pairs(plan: "Plan", source: RunStore, probe: RunStore) -> pd.DataFrame
     groups = _unit_groups(source, plan)
     both["group"] = [_group_of(str(item), groups.get(cell, {}))
                      for cell, item in zip(both["cell_id"], both["item"])]
-    return both[[*_KEY, "group", "judge_model", "original", "swapped", "swapped_terms",
-                 "lexicon"]]
+    return both[[*_KEY, "group", "judge_model", "original", "swapped", "side",
+                 "swapped_terms", "lexicon"]]
 
 
 def _probe_table(pairs: pd.DataFrame, lexicon: str) -> pd.DataFrame:

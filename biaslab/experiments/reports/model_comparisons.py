@@ -38,10 +38,22 @@ def _pooled_and_by_group(units: pd.DataFrame, unit: AnalysisUnit) -> pd.DataFram
     return pd.concat([pooled, units], ignore_index=True) if unit.group else pooled
 
 
+POOLED_FAMILY = "pooled"
+PER_GROUP_FAMILY = "per group"
+
+
+def _family(row: dict) -> str:
+    """Two families: the pooled rows (``group = all``) and the per-group rows. A pooled row
+    sums its group rows, so one family holding both would test each unit twice."""
+    return POOLED_FAMILY if row["group"] == ALL_GROUPS else PER_GROUP_FAMILY
+
+
 def model_comparisons(units: pd.DataFrame, unit: AnalysisUnit = ITEM_UNIT,
                       models: list[str] | None = None) -> pd.DataFrame:
     """Every pair of models on the same units, per variant × node × measure × stratum ×
-    condition × group (``all`` pools the groups), with `MODEL_COMPARISON_COLUMNS`.
+    condition × group (``all`` pools the groups), with `MODEL_COMPARISON_COLUMNS`: paired on
+    the unit with its seeds averaged, adjusted within two families (pooled rows, per-group
+    rows), each label's complement counted once (`compare_models`).
 
     Args:
         units: `unit_frame` of the run.
@@ -53,7 +65,8 @@ def model_comparisons(units: pd.DataFrame, unit: AnalysisUnit = ITEM_UNIT,
         return pd.DataFrame(columns=MODEL_COMPARISON_COLUMNS)
     by = ["variant", "node", "field", "stratum", "condition", "group"]
     out = compare_models(_pooled_and_by_group(units, unit), value="value", model="model",
-                         pair_on=PAIR_KEYS, by=by, models=models)
+                         pair_on=PAIR_KEYS, by=by, models=models, replicates=["seed"],
+                         family=_family, labels="field")
     out = out.rename(columns={"field": "measure"})
     out.insert(0, "unit", unit.name)
     out["attribute"] = unit.group or ""
@@ -106,8 +119,11 @@ def plot_model_comparisons(table: pd.DataFrame, figures: Path) -> list[Path]:
     ax.axvline(0.0, color="0.6", linestyle="--", linewidth=1)
     ax.set_yticks(list(y), labels, fontsize=7)
     ax.set_xlabel("difference B − A (paired, 95% bootstrap CI)")
-    family = int(table["family_size"].max()) if table["family_size"].notna().any() else 0
-    title = f"Model against model{f' ({prefix}…)' if prefix else ''}: family of {family} tests"
+    sizes = (table.dropna(subset=["family_size"]).groupby("family")["family_size"].max()
+             .astype(int))
+    families = ", ".join(f"{name} {size}" for name, size in sizes.items()) or "none"
+    title = (f"Model against model{f' ({prefix}…)' if prefix else ''}: tests per family "
+             f"({families})")
     ax.set_title(title + (f"\nthe {MAX_FOREST_ROWS} smallest Holm p shown" if cut else ""),
                  fontsize=9)
     ax.legend(fontsize=7, loc="best")
