@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -37,8 +38,14 @@ __all__ = ["SharedCache", "check_shared_cache", "open_shared_cache"]
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
 
+_WARN_LOCK = threading.Lock()
+
+
 def _warn(message: str) -> None:
-    print(f"biaslab: warning: {message}", file=sys.stderr, flush=True)
+    # One write under a lock: warnings from parallel threads never share a line.
+    with _WARN_LOCK:
+        sys.stderr.write(f"biaslab: warning: {message}\n")
+        sys.stderr.flush()
 
 
 def _refuse(path: Path, problem: str) -> UserError:
