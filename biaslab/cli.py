@@ -85,7 +85,7 @@ def _run_and_report(args, plan, out, workers: int) -> int:
         print(f"  shard {args.shard} done; combine the shards with: biaslab merge "
               "RUN_DIR... --out DIR", file=sys.stderr)
     if not args.no_report and not args.shard:
-        _write_report(plan, out)
+        _write_report(plan, out, done="the run's cells are all kept")
         _print_headline(plan.protocol, out)
     return 1 if result.cells_failed else 0
 
@@ -154,20 +154,24 @@ def cmd_merge(args) -> int:
                   f"cells{' (shards ' + ', '.join(missing) + ' missing)' if missing else ''}; "
                   "its tables cover the rest only", file=sys.stderr)
         if not args.no_report:
-            _write_report(plan, Path(args.out))
+            _write_report(plan, Path(args.out), done="the merged run is kept")
     return 0
 
 
-def _write_report(plan, out: Path) -> None:
-    """Tables, figures and report.html of the run (or merged run) in `out`, from its store."""
+def _write_report(plan, out: Path, done: str) -> None:
+    """Tables, figures and report.html of the run (or merged run) in `out`, from its store.
+    `done`: what a Ctrl-C here keeps (said with how to write the report again)."""
+    from biaslab.experiments.interrupts import set_interrupt_hint
     from biaslab.experiments.reports import write_reports
     from biaslab.traces.store import RunStore
 
+    set_interrupt_hint(f"{done}; write its report with: biaslab report {out}")
     store = RunStore(out, readonly=True)
     try:
         written = write_reports(plan, store, out)
     finally:
         store.close()
+    set_interrupt_hint(None)
     for path in written:
         print(f"  wrote {path}")
 
@@ -231,8 +235,11 @@ def _recorded_run(args):
 
 
 def cmd_report(args) -> int:
+    from biaslab.experiments.interrupts import set_interrupt_hint
     from biaslab.experiments.replay import load_run_plan, rescore
 
+    set_interrupt_hint(f"the run is unchanged; write its report with: biaslab report "
+                       f"{args.run_dir}")
     for path in rescore(args.run_dir):
         print(f"wrote {path}")
     _print_headline(load_run_plan(args.run_dir, check_keys=False).protocol, args.run_dir)
@@ -530,7 +537,10 @@ TRACE_FORMATS = ("parquet", "jsonl")
 def cmd_export(args) -> int:
     from biaslab.experiments.replay import load_run_plan, open_run
 
+    from biaslab.experiments.interrupts import set_interrupt_hint
+
     out = Path(args.out) if args.out else Path(args.run_dir) / "export"
+    set_interrupt_hint("the run is unchanged; export it again with the same command")
     store = open_run(args.run_dir)
     try:
         if args.format in TRACE_FORMATS:
@@ -719,6 +729,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from biaslab.experiments.interrupts import ctrl_c_guard, set_interrupt_hint
+
+    # Ctrl-C in every phase (planning, calls, report, export, view): the first stops the
+    # command within a few seconds, a second at once; see interrupts.ctrl_c_guard.
+    set_interrupt_hint(None)
+    with ctrl_c_guard():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if getattr(args, "concurrency", None) is not None and args.concurrency < 1:
@@ -740,7 +760,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"biaslab: error: a run store could not be read ({exc})", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C (or a plugin raising it) outside a run's own handling
-        print("biaslab: interrupted", file=sys.stderr)
+        from biaslab.experiments.interrupts import (interrupt_hint_text, interrupted_by_signal,
+                                                    quit_now)
+
+        line = f"biaslab: interrupted{interrupt_hint_text()}"
+        if interrupted_by_signal():  # end now: a normal exit would only wait (threads, pools)
+            quit_now(line)
+        print(line, file=sys.stderr)
         return 130
 
 
