@@ -8,7 +8,8 @@ with it damaged. So, when a run opens it:
   the cache and ``--no-cache``, before the run writes anything (`check_shared_cache`);
 - a SQLite file with damaged pages is moved aside to ``<name>.corrupt-<time>`` (with its
   ``-wal`` and ``-shm`` files), one warning names both paths, and the run starts a fresh one;
-- a file the run may not write is used read-only for the run, with one warning;
+- a file the run may not write, or a file in a directory the run may not write, is used
+  read-only for the run (its answers are read, new ones not stored), with one warning;
 - a file that cannot be opened for another reason (a lock held past the busy timeout, a
   failing disk) is left alone and not used by the run, with one warning;
 - an error met later (the disk fills, another process holds the lock too long, the file is
@@ -191,7 +192,12 @@ class SharedCache(CallCache):
 
 def _connect(path: Path, read_only: bool) -> sqlite3.Connection:
     if read_only:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+        # In a directory no one may write, WAL's index (-shm) cannot be made, and SQLite will
+        # not open the file at all: read it as immutable (nobody can write it there either:
+        # a writer needs to create the -wal beside it).
+        sealed = not os.access(path.parent, os.W_OK | os.X_OK)
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro"
+                               f"{'&immutable=1' if sealed else ''}", uri=True,
                                isolation_level=None)
         conn.execute("PRAGMA mmap_size=0")  # plain reads: see the module docstring
         return conn

@@ -337,3 +337,27 @@ def test_a_cache_truncated_during_a_run_costs_a_warning_never_the_process(tmp_pa
     assert len(found) == 1 and "was truncated while this run used it" in found[0], found
     assert statuses(tmp_path / "run") == ["done", "done"]
     assert len(server.requests) == CALLS_PER_RUN
+
+
+def test_a_full_cache_in_a_read_only_directory_serves_the_run(tmp_path, capsys, server,
+                                                              request, monkeypatch):
+    """A filled cache in a directory the run may not write (a team's shared cache, say):
+    its answers are read, with one warning that new ones are not stored there."""
+    where = tmp_path / "team"
+    where.mkdir()
+    cache = where / "calls.sqlite"
+    monkeypatch.setenv("BIASLAB_CACHE", str(cache))
+    assert run(capsys, spec_file(tmp_path, server.base_url), tmp_path / "first")[0] == 0
+    assert not Path(f"{cache}-shm").exists()  # the last writer to close removes WAL's files
+    make_read_only(where, request)
+    both = spec_file(tmp_path, server.base_url, directions=("pro_female", "pro_male"),
+                     name="both.toml")
+    code, err = run(capsys, both, tmp_path / "second")
+    assert code == 0, err
+    assert set(statuses(tmp_path / "second")) == {"done"}
+    [warning] = warnings(err)
+    assert str(cache) in warning and "read-only" in warning
+    assert f"model calls, {CALLS_PER_RUN} cache hits" in err, err  # pro_female's, from it
+    paid = len(server.requests) - CALLS_PER_RUN  # only the new questions were paid
+    assert paid > 0 and f"{paid} model calls" in err
+    assert sorted(p.name for p in where.iterdir()) == ["calls.sqlite"]
