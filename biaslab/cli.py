@@ -578,7 +578,10 @@ def cmd_view(args) -> int:
     from biaslab.experiments.replay import open_run
     from biaslab.viewer import serve
 
-    open_run(args.run_dir).close()  # one line if it is not a readable run
+    # One line if it is not a readable run; rows with damaged JSON are not refused here: the
+    # viewer lists them marked damaged (biaslab.viewer.store_queries), which is how to see
+    # what was damaged.
+    open_run(args.run_dir, check_rows=False).close()
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be between 0 and 65535, got {args.port}")
     serve(args.run_dir, args.port)

@@ -174,3 +174,34 @@ def test_view_stops_on_the_first_ctrl_c(finished, tmp_path):
     took = _interrupt(proc, 1)
     assert proc.returncode in (0, 130) and took < 4.0, took
     assert "Traceback" not in proc.stderr.read()
+
+
+def test_view_shows_a_store_with_a_damaged_row_marked(finished, tmp_path):
+    """`biaslab view` on a store with one damaged row serves it (docs/viewer.md: such rows are
+    listed marked damaged), instead of refusing the whole run."""
+    import json
+    import shutil
+    import urllib.request
+
+    _, source = finished
+    run = tmp_path / "run"
+    shutil.copytree(source, run)
+    with sqlite3.connect(run / "run.sqlite") as conn:
+        bad = conn.execute("SELECT cell_id FROM cells ORDER BY ord LIMIT 1").fetchone()[0]
+        conn.execute("UPDATE cells SET coords = '{\"target\": ' WHERE cell_id = ?", (bad,))
+    proc = subprocess.Popen([sys.executable, "-m", "biaslab", "view", str(run), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "BIASLAB_CACHE": "off", "NO_PROXY": "*"})
+    try:
+        line = proc.stdout.readline()
+        assert "biaslab view: http://127.0.0.1:" in line, proc.stderr.read() if \
+            proc.poll() is not None else line
+        base = line.split()[2].rstrip("/")
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(f"{base}/api/cells", timeout=30) as response:
+            cells = json.loads(response.read())
+        damaged = [c["cell_id"] for c in cells["rows"] if c.get("damaged")]
+        assert damaged == [bad], cells
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
