@@ -27,7 +27,7 @@ from typing import Any, Coroutine
 
 from biaslab.traces.store import STORE_FILE, RunStore
 
-__all__ = ["CtrlC", "Cancellable", "ctrl_c_guard", "interrupted_by_signal", "kept_message",
+__all__ = ["CtrlC", "Cancellable", "ctrl_c_guard", "interrupted_by_signal", "is_ctrl_c_watcher", "kept_message",
            "interrupt_hint_text", "quit_now", "run_coroutine", "set_interrupt_hint"]
 
 EXIT_INTERRUPTED = 130
@@ -204,7 +204,37 @@ def run_coroutine(coro: Coroutine) -> Any:
 
 # -- every phase of every verb -----------------------------------------------------------------
 _HINT: list[str] = []
-_GUARD_STATE = {"presses": 0}
+_GUARD_STATE: dict[str, Any] = {"presses": 0, "on": None}
+WATCHER_NAME = "biaslab-ctrl-c"
+
+
+def is_ctrl_c_watcher(thread: threading.Thread) -> bool:
+    """Whether `thread` is `ctrl_c_guard`'s watcher: it only waits in a read of its own pipe
+    and holds no lock, so forking beside it is safe (see shards._can_fork)."""
+    return thread.name == WATCHER_NAME and thread.daemon
+
+
+def _forget_in_child() -> None:
+    """A forked child (a --workers shard) does not share its parent's watcher: its Ctrl-C
+    bytes must not reach the parent's pipe, where they would count as a second press."""
+    guard = _GUARD_STATE.get("on")
+    if guard is None or guard._fds is None:
+        return
+    try:
+        signal.set_wakeup_fd(-1)
+    except (ValueError, OSError):
+        pass
+    for fd in guard._fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    guard._fds, guard._on = None, False
+    _GUARD_STATE["on"] = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def set_interrupt_hint(hint: str | None) -> None:
@@ -260,8 +290,9 @@ class ctrl_c_guard:
         self._fds = (read, write)
         self._previous = signal.signal(signal.SIGINT, _raise_interrupt)
         _GUARD_STATE["presses"] = 0
+        _GUARD_STATE["on"] = self
         self._on = True
-        threading.Thread(target=self._watch, args=(read,), name="biaslab-ctrl-c",
+        threading.Thread(target=self._watch, args=(read,), name=WATCHER_NAME,
                          daemon=True).start()
         return self
 
@@ -269,6 +300,7 @@ class ctrl_c_guard:
         if not self._on:
             return
         self._on = False
+        _GUARD_STATE["on"] = None
         signal.signal(signal.SIGINT, self._previous)
         try:
             signal.set_wakeup_fd(self._old_fd)
