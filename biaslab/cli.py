@@ -48,6 +48,10 @@ def cmd_run(args) -> int:
                   f"{kept} (add --all-nodes to put them on {args.model} too)", file=sys.stderr)
     if args.lanes:  # recorded with the spec, so shard workers and resumes use it too
         plan.spec.run.lanes = args.lanes
+    if args.resume:  # a refused resume says so first, and creates nothing
+        from biaslab.experiments.runner import check_resumable
+
+        check_resumable(out)
     choice = resolve_workers(plan, args.workers, shard=args.shard, executor=args.executor)
     _check_shared_cache(args, choice.workers)
     print(f"biaslab: {plan.n_cells()} cells → {out}", file=sys.stderr)
@@ -86,7 +90,7 @@ def _run_and_report(args, plan, out, workers: int) -> int:
         print(f"  shard {args.shard} done; combine the shards with: biaslab merge "
               "RUN_DIR... --out DIR", file=sys.stderr)
     if not args.no_report and not args.shard:
-        _write_report(plan, out)
+        _write_report(plan, out, done="the run's cells are all kept")
         _print_headline(plan.protocol, out)
     return 1 if result.cells_failed else 0
 
@@ -155,20 +159,24 @@ def cmd_merge(args) -> int:
                   f"cells{' (shards ' + ', '.join(missing) + ' missing)' if missing else ''}; "
                   "its tables cover the rest only", file=sys.stderr)
         if not args.no_report:
-            _write_report(plan, Path(args.out))
+            _write_report(plan, Path(args.out), done="the merged run is kept")
     return 0
 
 
-def _write_report(plan, out: Path) -> None:
-    """Tables, figures and report.html of the run (or merged run) in `out`, from its store."""
+def _write_report(plan, out: Path, done: str) -> None:
+    """Tables, figures and report.html of the run (or merged run) in `out`, from its store.
+    `done`: what a Ctrl-C here keeps (said with how to write the report again)."""
+    from biaslab.experiments.interrupts import set_interrupt_hint
     from biaslab.experiments.reports import write_reports
     from biaslab.traces.store import RunStore
 
+    set_interrupt_hint(f"{done}; write its report with: biaslab report {out}")
     store = RunStore(out, readonly=True)
     try:
         written = write_reports(plan, store, out)
     finally:
         store.close()
+    set_interrupt_hint(None)
     for path in written:
         print(f"  wrote {path}")
 
@@ -247,12 +255,19 @@ def _recorded_run(args):
         raise UserError(f"--out {args.out} differs from the run directory {run_dir}; a resumed "
                         "run continues in its own directory")
     open_run(run_dir, check_rows=False).close()  # one line if it is not a readable run
+    if not (run_dir / "spec.toml").is_file():  # killed after its store was made, before this
+        raise UserError(f"{run_dir} holds a run store but no spec.toml (the run was stopped "
+                        "before it recorded its spec); continue it with the spec it was "
+                        f"started from: biaslab run SPEC.toml --out {run_dir} --resume")
     return load_run_plan(run_dir), run_dir
 
 
 def cmd_report(args) -> int:
+    from biaslab.experiments.interrupts import set_interrupt_hint
     from biaslab.experiments.replay import load_run_plan, rescore
 
+    set_interrupt_hint(f"the run is unchanged; write its report with: biaslab report "
+                       f"{args.run_dir}")
     for path in rescore(args.run_dir):
         print(f"wrote {path}")
     _print_headline(load_run_plan(args.run_dir, check_keys=False).protocol, args.run_dir)
@@ -270,6 +285,10 @@ def cmd_replay(args) -> int:
     if args.mode == "rescore":
         if args.judge_node:
             return _judge_traces(args)
+        if args.sensitivity:  # its refusals come before the tables are rewritten
+            from biaslab.experiments.judge_sensitivity import check_judge_sensitivity
+
+            check_judge_sensitivity(args.run_dir, args.judges)
         for path in replay.rescore(args.run_dir, args.out):
             print(f"wrote {path}")
         if args.sensitivity:
@@ -353,11 +372,11 @@ def _judge_traces(args) -> int:
     if not args.judges:
         raise UserError("--judge-node needs --judges MODEL [MODEL ...]")
     result = judge_traces(args.run_dir, node=args.judge_node, prompt=args.judge_prompt,
-                          judges=args.judges, repeats=args.repeats, labels=args.labels,
+                          judges=args.judges, repeats=args.repeats or 1, labels=args.labels,
                           name=args.eval_name)
     scores = result.scores
     print(f"judged {len(scores)} recorded '{args.judge_node}' answers with {len(args.judges)} "
-          f"judge(s) x {args.repeats}: {result.judge_calls} judge calls, 0 target calls")
+          f"judge(s) x {args.repeats or 1}: {result.judge_calls} judge calls, 0 target calls")
     if len(scores):
         labels = scores["label"].fillna("(unscored)")
         table = labels.groupby([scores["target"].fillna(""), scores["direction"].fillna("")]
@@ -571,7 +590,10 @@ TRACE_FORMATS = ("parquet", "jsonl")
 def cmd_export(args) -> int:
     from biaslab.experiments.replay import load_run_plan, open_run
 
+    from biaslab.experiments.interrupts import set_interrupt_hint
+
     out = Path(args.out) if args.out else Path(args.run_dir) / "export"
+    set_interrupt_hint("the run is unchanged; export it again with the same command")
     store = open_run(args.run_dir)
     try:
         if args.format in TRACE_FORMATS:
@@ -597,7 +619,10 @@ def cmd_view(args) -> int:
     from biaslab.experiments.replay import open_run
     from biaslab.viewer import serve
 
-    open_run(args.run_dir).close()  # one line if it is not a readable run
+    # One line if it is not a readable run; rows with damaged JSON are not refused here: the
+    # viewer lists them marked damaged (biaslab.viewer.store_queries), which is how to see
+    # what was damaged.
+    open_run(args.run_dir, check_rows=False).close()
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be between 0 and 65535, got {args.port}")
     serve(args.run_dir, args.port)
@@ -693,7 +718,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--sensitivity", action="store_true",
                     help="rescore: the headline metrics under every judge configuration "
                          "(each judge alone, leave one out, majority, unanimity)")
-    rp.add_argument("--repeats", type=int, default=1, help="rescore: answers per judge (r)")
+    rp.add_argument("--repeats", type=int, help="rescore: answers per judge (r; default 1)")
     rp.add_argument("--labels", nargs="+", help="rescore: labels, if the prompt declares none")
     rp.add_argument("--eval-name", default="judge", help="rescore: evals/<name>/ directory")
     rp.add_argument("--quiet", action="store_true")
@@ -772,6 +797,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from biaslab.experiments.interrupts import ctrl_c_guard, set_interrupt_hint
+
+    # Ctrl-C in every phase (planning, calls, report, export, view): the first stops the
+    # command within a few seconds, a second at once; see interrupts.ctrl_c_guard.
+    set_interrupt_hint(None)
+    with ctrl_c_guard():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if getattr(args, "concurrency", None) is not None and args.concurrency < 1:
@@ -780,6 +815,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"--lanes must be between 1 and 64, got {args.lanes}")
         if getattr(args, "workers", None) is not None and args.workers < 1:
             raise UserError(f"--workers must be at least 1, got {args.workers}")
+        _refuse_meaningless(args)
         code = args.func(args)
         sys.stdout.flush()  # a reader that went away shows here, not at interpreter exit
         return code
@@ -793,8 +829,62 @@ def main(argv: list[str] | None = None) -> int:
         print(f"biaslab: error: a run store could not be read ({exc})", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C (or a plugin raising it) outside a run's own handling
-        print("biaslab: interrupted", file=sys.stderr)
+        from biaslab.experiments.interrupts import (interrupt_hint_text, interrupted_by_signal,
+                                                    quit_now)
+
+        line = f"biaslab: interrupted{interrupt_hint_text()}"
+        if interrupted_by_signal():  # end now: a normal exit would only wait (threads, pools)
+            quit_now(line)
+        print(line, file=sys.stderr)
         return 130
+
+
+_POSITIONALS = {"spec": "SPEC", "run_dir": "RUN_DIR", "run_dirs": "RUN_DIR", "protocol":
+                "PROTOCOL", "ref": "REF"}
+_COUNTERFACTUAL_ONLY = ("node", "prompt", "model", "directions", "targets", "position",
+                        "template", "mitigation", "swap_groups", "overrides", "from_turn")
+
+
+def _refuse_meaningless(args) -> None:
+    """Flags that would be accepted and then do nothing, or something the user did not mean,
+    are refused with one line before anything runs or is written."""
+    for key, value in vars(args).items():
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            name = _POSITIONALS.get(key, "--" + key.replace("_", "-"))
+            raise UserError(f"{name} is empty; give a value or leave it out")
+    command = args.command
+    if command == "run" and args.ray_address and args.executor != "ray":
+        raise UserError("--ray-address goes with --executor ray (and --workers N); without it "
+                        "the run would not use Ray at all")
+    if command == "replay":
+        if args.mode != "counterfactual":
+            given = [k for k in _COUNTERFACTUAL_ONLY if getattr(args, k) is not None]
+            if given:
+                flag = "--" + given[0].replace("_", "-")
+                raise UserError(f"{flag} goes with --mode counterfactual; --mode {args.mode} "
+                                "would ignore it")
+        if args.repeats is not None and args.repeats < 1:
+            raise UserError(f"--repeats must be at least 1, got {args.repeats}")
+        for flag, value in (("--repeats", args.repeats), ("--labels", args.labels)):
+            if value is not None and not args.judge_node:
+                raise UserError(f"{flag} goes with --mode rescore --judge-node NODE; without "
+                                "it nothing is judged")
+    if command == "estimate" and args.pilot and not (args.power or args.mde is not None):
+        raise UserError("--pilot goes with --power (or --mde): it reads the power "
+                        "assumptions from a finished run")
+    if command == "merge":
+        seen: dict[Path, str] = {}
+        for run_dir in args.run_dirs:
+            resolved = Path(run_dir).resolve()
+            if resolved in seen:
+                raise UserError(f"{run_dir} is listed twice (as {seen[resolved]}); list each "
+                                "run to merge once")
+            seen[resolved] = run_dir
+    if command == "export" and args.out and Path(args.out).exists() \
+            and not Path(args.out).is_dir():
+        raise UserError(f"--out {args.out} is a file; export writes a directory: give a new "
+                        "or existing directory")
 
 
 def _drop_stdout() -> None:

@@ -43,7 +43,13 @@ _OWN_PROVIDERS = ("local", "scripted")  # in-process: an unknown exception there
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Exponential backoff with full jitter for transient failures.
+    """Exponential backoff with half jitter for transient failures.
+
+    Each wait is half its step fixed and half random (``step/2 + uniform(0, step/2)``, the step
+    doubling from `base_s` up to `max_s`), so a call never gives up before `min_total_wait_s`
+    seconds of waiting: an outage shorter than that is ridden out whatever the draws (with
+    full jitter, a call that drew short waits failed a 10 s outage now and then). The random
+    half keeps processes that share an endpoint from retrying in lockstep.
 
     Transient: timeouts, dropped or refused connections, truncated or unreadable response
     bodies, empty answers, 408/409/425/429 and 5xx. Other 4xx are not retried. A Retry-After
@@ -62,9 +68,21 @@ class RetryPolicy:
     max_s: float = 30.0
     max_retry_after_s: float = 60.0
 
+    def step(self, attempt: int) -> float:
+        """The backoff step after failed attempt number `attempt` (0-based)."""
+        return min(self.max_s, self.base_s * 2 ** attempt)
+
+    @property
+    def min_total_wait_s(self) -> float:
+        """The least a call waits in all, over its retries, before it gives up: an outage
+        shorter than this never fails a call. (With the run defaults, 8 attempts from 0.5 s:
+        30.75 s.)"""
+        return sum(self.step(k) / 2 for k in range(self.max_attempts - 1))
+
     def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
         """Seconds to wait after failed attempt number `attempt` (0-based)."""
-        backoff = rng.uniform(0, min(self.max_s, self.base_s * 2 ** attempt))
+        step = self.step(attempt)
+        backoff = step / 2 + rng.uniform(0, step / 2)
         if retry_after is None:
             return backoff
         return max(backoff, min(max(retry_after, 0.0), self.max_retry_after_s))

@@ -432,15 +432,16 @@ def fit_inputs(split: StudentSplit, table_digest: str) -> dict:
     (biaslab.datasets.fit_cache): the data (`table_digest` of the frame the split was cut from,
     and the numbers of the training rows, which together fix the exact rows and labels the
     model sees: the data file, the split seed and the split code are all covered), the model's
-    parameters, and the versions of the libraries that fit and unpickle it."""
+    parameters, and the versions of the libraries that fit, write and load it."""
     import sklearn
+    import skops
 
     return {"table": table_digest, "train_rows": rows_digest(split.train),
             "features": list(split.feature_columns),
             "model": {name: _plain(value) for name, value
                       in _ml_pipeline(split.feature_columns).get_params(deep=True).items()},
             "versions": {"scikit-learn": sklearn.__version__, "numpy": np.__version__,
-                         "pandas": pd.__version__}}
+                         "pandas": pd.__version__, "skops": skops.__version__}}
 
 
 def rows_digest(frame: pd.DataFrame) -> str:
@@ -512,9 +513,51 @@ def _predictor(dataset: str, seed: int, max_test: int | None, data_dir: str | No
     split = _split_once(key)
     # On disk too: a new process (a worker, `biaslab report`) loads the fit instead of paying
     # ~0.13 s of CPU per split again.
-    return fit_cache.cached_fit("student-ml", _fit_inputs(*key),
-                                lambda: fit_ml_predictor(split),
-                                check=lambda value: isinstance(value, MLPredictor))
+    # Only the fitted pipeline is kept: scikit-learn and numpy types that the entry's
+    # trusted-types check allows (fit_cache.WRITTEN_TYPES), not our own class.
+    pipeline = fit_cache.cached_fit("student-ml", _fit_inputs(*key),
+                                    lambda: fit_ml_predictor(split).pipeline,
+                                    check=lambda value: sound_pipeline(value, split))
+    return MLPredictor(pipeline=pipeline, feature_columns=tuple(split.feature_columns),
+                       seed=ML_RANDOM_STATE)
+
+
+def sound_pipeline(value, split: StudentSplit) -> bool:
+    """Whether a loaded `value` is a fitted `_ml_pipeline` whose trees stay inside themselves.
+
+    scikit-learn's trees predict by following stored node numbers without bounds checks, so a
+    crafted entry could read memory out of bounds: every inner node's children must be nodes
+    of its own tree and its feature one of the model's columns."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import GradientBoostingClassifier
+    from sklearn.pipeline import Pipeline
+
+    if not (isinstance(value, Pipeline) and [name for name, _ in value.steps] == ["pre", "gbc"]
+            and isinstance(value.named_steps["pre"], ColumnTransformer)
+            and isinstance(value.named_steps["gbc"], GradientBoostingClassifier)):
+        return False
+    if list(getattr(value, "feature_names_in_", [])) != list(split.feature_columns):
+        return False
+    gbc = value.named_steps["gbc"]
+    width = int(gbc.n_features_in_)
+    for estimator in np.asarray(gbc.estimators_).ravel():
+        tree = estimator.tree_
+        n = int(tree.node_count)
+        left, right, feature = (np.asarray(a) for a in
+                                (tree.children_left, tree.children_right, tree.feature))
+        if tree.n_features != width or not (len(left) == len(right) == len(feature) == n
+                                            == len(tree.value)):
+            return False
+        inner = left != -1
+        if not ((right[inner] != -1).all() and (right[~inner] == -1).all()):
+            return False
+        if not ((left[inner] > np.flatnonzero(inner)).all()
+                and (right[inner] > np.flatnonzero(inner)).all()
+                and (left[inner] < n).all() and (right[inner] < n).all()):
+            return False
+        if not ((feature[inner] >= 0) & (feature[inner] < width)).all():
+            return False
+    return True
 
 
 @lru_cache(maxsize=8)

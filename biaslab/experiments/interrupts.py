@@ -27,7 +27,8 @@ from typing import Any, Coroutine
 
 from biaslab.traces.store import STORE_FILE, RunStore
 
-__all__ = ["CtrlC", "Cancellable", "kept_message", "run_coroutine"]
+__all__ = ["CtrlC", "Cancellable", "ctrl_c_guard", "interrupted_by_signal", "is_ctrl_c_watcher", "kept_message",
+           "interrupt_hint_text", "quit_now", "run_coroutine", "set_interrupt_hint"]
 
 EXIT_INTERRUPTED = 130
 """128 + SIGINT: what a shell reports for a command stopped by Ctrl-C."""
@@ -73,6 +74,18 @@ def _say(line: str, *, under_live_bar: bool = False) -> None:
             print(line, file=sys.stderr)
         except RuntimeError:
             pass
+
+
+_QUITTING = threading.Lock()
+
+
+def quit_now(line: str | None = None, code: int = EXIT_INTERRUPTED) -> None:
+    """Say `line` (once, whichever thread gets here first) and end the process at once."""
+    if not _QUITTING.acquire(blocking=False):
+        threading.Event().wait()  # another thread is ending the process
+    if line:
+        _say(line)
+    _hard_exit(code)
 
 
 def _hard_exit(code: int) -> None:
@@ -159,9 +172,8 @@ class CtrlC:
     def _on_sigint(self, signum, frame) -> None:
         self.presses += 1
         if self.presses > 1:
-            _say(f"biaslab: Ctrl-C again: quitting now. "
-                 f"{kept_message(self.run_dir, self.cells_total, self.hint)}")
-            _hard_exit(EXIT_INTERRUPTED)
+            quit_now(f"biaslab: Ctrl-C again: quitting now. "
+                     f"{kept_message(self.run_dir, self.cells_total, self.hint)}")
         if not self._running.running:
             raise KeyboardInterrupt
         if self.announce:
@@ -198,3 +210,157 @@ def run_coroutine(coro: Coroutine) -> Any:
     if _ACTIVE:
         return _ACTIVE[-1].run(coro)
     return asyncio.run(coro)
+
+
+# -- every phase of every verb -----------------------------------------------------------------
+_HINT: list[str] = []
+_GUARD_STATE: dict[str, Any] = {"presses": 0, "on": None}
+WATCHER_NAME = "biaslab-ctrl-c"
+
+
+def is_ctrl_c_watcher(thread: threading.Thread) -> bool:
+    """Whether `thread` is `ctrl_c_guard`'s watcher: it only waits in a read of its own pipe
+    and holds no lock, so forking beside it is safe (see shards._can_fork)."""
+    return thread.name == WATCHER_NAME and thread.daemon
+
+
+def _forget_in_child() -> None:
+    """A forked child (a --workers shard) does not share its parent's watcher: its Ctrl-C
+    bytes must not reach the parent's pipe, where they would count as a second press."""
+    guard = _GUARD_STATE.get("on")
+    if guard is None or guard._fds is None:
+        return
+    try:
+        signal.set_wakeup_fd(-1)
+    except (ValueError, OSError):
+        pass
+    for fd in guard._fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    guard._fds, guard._on = None, False
+    _GUARD_STATE["on"] = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def set_interrupt_hint(hint: str | None) -> None:
+    """What a Ctrl-C outside a run says is kept and how to go on (the report phase: the run is
+    whole, ``biaslab report RUN`` writes its report again); None: nothing to say."""
+    _HINT[:] = [hint] if hint else []
+
+
+def interrupted_by_signal() -> bool:
+    """Whether a real SIGINT reached this process while `ctrl_c_guard` was on."""
+    return _GUARD_STATE["presses"] > 0
+
+
+class ctrl_c_guard:
+    """Ctrl-C for a whole ``biaslab`` command, in every phase (planning, calls, report, export,
+    view): the first stops it within `grace_s` seconds, a second at once.
+
+    Why a watcher thread: Python runs a signal handler only in the main thread, between
+    bytecodes. A main thread inside one long C call (an SQLite query, a numpy kernel, a join of
+    worker threads at exit) runs no handler until the call returns, so a KeyboardInterrupt
+    alone can leave the process running for minutes, and a second Ctrl-C with it. The C-level
+    handler writes each signal's number to a wakeup file descriptor at once, whatever the main
+    thread is doing; a daemon thread reads it. The first Ctrl-C still raises KeyboardInterrupt
+    in the main thread as usual (or, during a run's calls, `CtrlC` stops the run cleanly); if
+    the process has not ended `grace_s` seconds later, the watcher ends it (exit 130, after
+    saying what is kept). A second Ctrl-C ends it at once. What was committed stays: a run's
+    cells and answers are committed as they come; a report's tables are derived from the store
+    and can always be written again.
+
+    Inert outside the main thread and where SIGINT is not Python's default handler (a caller
+    that handles Ctrl-C itself keeps doing so)."""
+
+    grace_s = 3.0
+
+    def __init__(self) -> None:
+        self._on = False
+        self._old_fd = -1
+        self._fds: tuple[int, int] | None = None
+        self._previous: Any = None
+
+    def __enter__(self) -> "ctrl_c_guard":
+        if (threading.current_thread() is not threading.main_thread()
+                or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+            return self
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        try:
+            self._old_fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            os.close(read)
+            os.close(write)
+            return self
+        self._fds = (read, write)
+        self._previous = signal.signal(signal.SIGINT, _raise_interrupt)
+        _GUARD_STATE["presses"] = 0
+        _GUARD_STATE["on"] = self
+        self._on = True
+        threading.Thread(target=self._watch, args=(read,), name=WATCHER_NAME,
+                         daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self._on:
+            return
+        self._on = False
+        _GUARD_STATE["on"] = None
+        signal.signal(signal.SIGINT, self._previous)
+        try:
+            signal.set_wakeup_fd(self._old_fd)
+        except (ValueError, OSError):
+            signal.set_wakeup_fd(-1)
+        read, write = self._fds
+        os.close(write)  # the watcher's read returns b"": it ends
+        self._fds = None
+
+    def _watch(self, read: int) -> None:
+        try:
+            while True:
+                data = os.read(read, 64)
+                if not data:
+                    return
+                for number in data:
+                    if number == signal.SIGINT and self._on:
+                        self._pressed()
+        except OSError:
+            return
+        finally:
+            try:
+                os.close(read)
+            except OSError:
+                pass
+
+    def _pressed(self) -> None:
+        _GUARD_STATE["presses"] += 1
+        if _GUARD_STATE["presses"] > 1:
+            if _ACTIVE:  # during a run's calls: what CtrlC says, from here (the main thread
+                run = _ACTIVE[-1]  # may be inside a C call)
+                quit_now(f"biaslab: Ctrl-C again: quitting now. "
+                         f"{kept_message(run.run_dir, run.cells_total, run.hint)}")
+            quit_now(f"biaslab: Ctrl-C again: quitting now{interrupt_hint_text()}")
+        if _ACTIVE:  # a run's calls: CtrlC stops them and leaves, the way it always has
+            return
+        timer = threading.Timer(self.grace_s, self._too_slow)
+        timer.daemon = True
+        timer.start()
+
+    def _too_slow(self) -> None:
+        if _ACTIVE:
+            return
+        quit_now(f"biaslab: Ctrl-C: still busy after {self.grace_s:g} s; quitting now"
+                 f"{interrupt_hint_text()}")
+
+
+def interrupt_hint_text() -> str:
+    return f"; {_HINT[0]}" if _HINT else ""
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt

@@ -48,7 +48,7 @@ from biaslab.experiments.spec import NodeSettings
 from biaslab.graphs.headlines import HeadlineTable
 from biaslab.traces.store import STORE_FILE, RunStore
 
-__all__ = ["judge_sensitivity", "SensitivityResult", "EVAL_DIR", "BANDS_FILE",
+__all__ = ["judge_sensitivity", "check_judge_sensitivity", "SensitivityResult", "EVAL_DIR", "BANDS_FILE",
            "CONFIGS_FILE", "RUNS_FILE"]
 
 EVAL_DIR = "evals/judge_sensitivity"
@@ -203,20 +203,14 @@ def _configuration_run(run_dir: Path, out: Path, sheet: Path, judge_nodes: list[
     return result.counters.model_calls, result.cells_failed
 
 
-def judge_sensitivity(run_dir: str | Path, *, judges: list[str] | None = None,
-                      progress: bool = False, concurrency: int | None = None,
-                      out_dir: str | Path | None = None) -> SensitivityResult:
-    """Compute and write the judge sensitivity tables of a finished run (see the module).
+def check_judge_sensitivity(run_dir: str | Path, judges: list[str] | None = None) -> None:
+    """The refusals of `judge_sensitivity` (no judge nodes, no judge calls, an alternate
+    named twice), before anything is written: ``replay --mode rescore --sensitivity`` checks
+    them before it rewrites the run's tables."""
+    _panel(Path(run_dir), judges)
 
-    Args:
-        out_dir: where the tables, the configurations' replays and the alternates go; the run
-            itself is then only read. Without it they go into the run's own folder.
-        judges: alternate judge models (spec strings or the run's aliases); each pays its
-            judge calls once.
-    Returns the panel's members, the tables written, what each configuration met, and the
-    model calls the alternates paid.
-    """
-    run_dir = Path(run_dir)
+
+def _panel(run_dir: Path, judges: list[str] | None):
     source = open_run(run_dir)
     try:
         check_not_running(run_dir, source)
@@ -238,6 +232,24 @@ def judge_sensitivity(run_dir: str | Path, *, judges: list[str] | None = None,
         source.close()
     if len(set(judges or [])) != len(judges or []):
         raise UserError("--judges: each alternate model once")
+    return plan, proto, calls, present, done, kept
+
+
+def judge_sensitivity(run_dir: str | Path, *, judges: list[str] | None = None,
+                      progress: bool = False, concurrency: int | None = None,
+                      out_dir: str | Path | None = None) -> SensitivityResult:
+    """Compute and write the judge sensitivity tables of a finished run (see the module).
+
+    Args:
+        out_dir: where the tables, the configurations' replays and the alternates go; the run
+            itself is then only read. Without it they go into the run's own folder.
+        judges: alternate judge models (spec strings or the run's aliases); each pays its
+            judge calls once.
+    Returns the panel's members, the tables written, what each configuration met, and the
+    model calls the alternates paid.
+    """
+    run_dir = Path(run_dir)
+    plan, proto, calls, present, done, kept = _panel(run_dir, judges)
     target = Path(out_dir) if out_dir is not None else run_dir
     base = target / EVAL_DIR
     runs: list[dict[str, Any]] = []

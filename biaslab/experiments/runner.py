@@ -38,7 +38,8 @@ from biaslab.traces.records import SCHEMA_VERSION
 from biaslab.traces.store import STORE_FILE, RunStore
 
 __all__ = ["run_plan", "RunResult", "shared_cache_path", "write_resolved_spec", "open_store",
-           "run_in_progress", "keep_run_dir_locked", "default_lanes", "packing", "Packing", "prepare_store"]
+           "run_in_progress", "keep_run_dir_locked", "default_lanes", "packing", "Packing", "prepare_store",
+           "check_resumable"]
 
 
 _COMMIT_EVERY_S = 0.2
@@ -433,6 +434,25 @@ def prepare_store(store: RunStore, plan: Plan, run_dir: Path, *, resume: bool) -
     return store.reset_unfinished() if resume else 0
 
 
+def check_resumable(run_dir: Path) -> None:
+    """`_check_not_emptied`, read-only, before a resume opens the store for writing: a refused
+    resume must not create, or initialise, the missing or emptied run.sqlite it refuses."""
+    path = run_dir / STORE_FILE
+    if not path.is_file() or path.stat().st_size == 0:
+        if (run_dir / "spec.toml").is_file():
+            state = "empty" if path.is_file() else "missing"
+            raise UserError(f"{path} is {state}, though {run_dir} held a run (it has a "
+                            "spec.toml): the store was emptied or lost, and a resume would "
+                            "start over and pay again; restore run.sqlite, or run the spec "
+                            "into a new --out")
+        return
+    store = open_store(run_dir, readonly=True, check_rows=False)
+    try:
+        _check_not_emptied(store, run_dir)
+    finally:
+        store.close()
+
+
 def _check_not_emptied(store: RunStore, run_dir: Path) -> None:
     """Refuse to resume a store whose cells are gone while the run left other traces (its
     spec.toml, call records, outputs, cached answers, or the mark of its first cell): a resume
@@ -573,6 +593,8 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
             shared_cache.close()
         raise
     try:
+        if resume:  # refused before the store is opened for writing: nothing is created
+            check_resumable(Path(run_dir))
         store = open_store(run_dir, check_rows=not resume)  # a resume repairs damaged cells
     except UserError:
         lock.close()

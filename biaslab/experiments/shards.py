@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from biaslab.errors import UserError
-from biaslab.experiments.interrupts import CtrlC, run_coroutine
+from biaslab.experiments.interrupts import CtrlC, is_ctrl_c_watcher, run_coroutine
 from biaslab.experiments.plan import Cell, Plan
 from biaslab.experiments.runner import (RunResult, _lock_run_dir, open_store, prepare_store,
                                         run_plan, write_resolved_spec)
@@ -245,7 +245,9 @@ def _can_fork() -> bool:
     """Forking is safe on Linux while this process runs no other thread (a fork copies only
     the calling thread, so a lock held elsewhere would stay locked in the child forever). On
     macOS system libraries may crash a forked child, which is why Python spawns there."""
-    return sys.platform.startswith("linux") and threading.active_count() == 1
+    others = [t for t in threading.enumerate()
+              if t is not threading.current_thread() and not is_ctrl_c_watcher(t)]
+    return sys.platform.startswith("linux") and not others
 
 
 class LocalWorker:

@@ -38,7 +38,7 @@ def looks_secret(name: str) -> bool:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class RunSettings(_Strict):
@@ -50,7 +50,9 @@ class RunSettings(_Strict):
     max_attempts: int = Field(default=8, ge=1, le=20)
     """Transport attempts per call for transient errors (timeouts, 429, 5xx)."""
     retry_base_s: float = Field(default=0.5, ge=0)
-    """First backoff step; doubles per attempt, with full jitter."""
+    """First backoff step; doubles per attempt (up to 30 s), half of each wait fixed and half
+    random. A call gives up only after waiting at least half the steps' sum: 30.75 s with the
+    defaults, so an outage shorter than that fails no call (`RetryPolicy.min_total_wait_s`)."""
     lanes: int | None = Field(default=None, ge=1, le=64)
     """Cells run side by side in one LangGraph invocation (`biaslab.graphs.lanes`); default:
     the concurrency, at most 16 for cells of up to two calls and at most 4 for bigger ones,

@@ -8,7 +8,8 @@ with it damaged. So, when a run opens it:
   the cache and ``--no-cache``, before the run writes anything (`check_shared_cache`);
 - a SQLite file with damaged pages is moved aside to ``<name>.corrupt-<time>`` (with its
   ``-wal`` and ``-shm`` files), one warning names both paths, and the run starts a fresh one;
-- a file the run may not write is used read-only for the run, with one warning;
+- a file the run may not write, or a file in a directory the run may not write, is used
+  read-only for the run (its answers are read, new ones not stored), with one warning;
 - a file that cannot be opened for another reason (a lock held past the busy timeout, a
   failing disk) is left alone and not used by the run, with one warning;
 - an error met later (the disk fills, another process holds the lock too long, the file is
@@ -18,6 +19,15 @@ with it damaged. So, when a run opens it:
 
 Concurrent runs on one cache share every answer that was stored before they ask for it, but
 not the calls in flight: two runs asking the same new question at the same moment both pay.
+
+Memory maps: the file itself is read with plain reads, never mapped (``PRAGMA mmap_size=0``),
+so a cache truncated under a run gives SQLite errors (handled as above), not a SIGBUS. WAL's
+index (``<name>-shm``) is mapped by SQLite in every process that shares the file, and there is
+no way to share a WAL file without it (a rollback journal instead costs ~5x under --workers
+contention). So each access first checks that the index was not cut shorter than this process
+has seen it: if it was (someone truncated it), it is extended back to that size, zeros, which
+SQLite reads as an index to rebuild, and the cache is taken out of the run with one warning.
+Not covered: a truncation in the microseconds between that check and SQLite's access.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -37,8 +48,14 @@ __all__ = ["SharedCache", "check_shared_cache", "open_shared_cache"]
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
 
+_WARN_LOCK = threading.Lock()
+
+
 def _warn(message: str) -> None:
-    print(f"biaslab: warning: {message}", file=sys.stderr, flush=True)
+    # One write under a lock: warnings from parallel threads never share a line.
+    with _WARN_LOCK:
+        sys.stderr.write(f"biaslab: warning: {message}\n")
+        sys.stderr.flush()
 
 
 def _refuse(path: Path, problem: str) -> UserError:
@@ -106,6 +123,31 @@ class SharedCache(CallCache):
         self.conn, self.owns, self.path = conn, True, path
         self.read_only, self.broken = read_only, False
         self._warn = warn
+        self._index = Path(f"{path}-shm")
+        self._index_seen = 0
+        self._index_intact()  # the size SQLite mapped when it opened the file
+
+    def _index_intact(self) -> bool:
+        """Whether WAL's mapped index is still as long as this process has seen it; if it was
+        cut shorter, extend it back (touching a mapped page past the end of its file is a
+        SIGBUS) and take the cache out of the run. See the module docstring."""
+        try:
+            size = os.stat(self._index).st_size
+        except OSError:  # no index (yet), or removed: the mapping keeps its own pages
+            return True
+        if size >= self._index_seen:
+            self._index_seen = size
+            return True
+        try:
+            os.truncate(self._index, self._index_seen)
+        except OSError:
+            pass
+        if not self.broken:
+            self.broken = self.read_only = True
+            self._warn(f"the shared response cache's index {self._index} was truncated while "
+                       "this run used it; the cache is not used for the rest of this run (the "
+                       "run store keeps every answer)")
+        return False
 
     def _give_up(self, what: str, exc: sqlite3.Error, *, reads_too: bool) -> None:
         if reads_too and not self.broken:
@@ -118,7 +160,7 @@ class SharedCache(CallCache):
                        "is read-only for the rest of this run (the run store keeps every answer)")
 
     def get(self, key: str) -> CachedResponse | None:
-        if self.broken:
+        if self.broken or not self._index_intact():
             return None
         try:
             return super().get(key)
@@ -127,7 +169,7 @@ class SharedCache(CallCache):
             return None
 
     def put(self, key: str, response: CachedResponse, model: dict[str, Any]) -> None:
-        if self.read_only:
+        if self.read_only or not self._index_intact():
             return
         try:
             super().put(key, response, model)
@@ -136,9 +178,13 @@ class SharedCache(CallCache):
 
     def __len__(self) -> int:
         try:
-            return 0 if self.broken else super().__len__()
+            return 0 if self.broken or not self._index_intact() else super().__len__()
         except sqlite3.Error:
             return 0
+
+    def close(self) -> None:
+        self._index_intact()  # closing touches the index too
+        super().close()
 
     def __bool__(self) -> bool:  # an empty cache is still a cache
         return True
@@ -146,9 +192,17 @@ class SharedCache(CallCache):
 
 def _connect(path: Path, read_only: bool) -> sqlite3.Connection:
     if read_only:
-        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+        # In a directory no one may write, WAL's index (-shm) cannot be made, and SQLite will
+        # not open the file at all: read it as immutable (nobody can write it there either:
+        # a writer needs to create the -wal beside it).
+        sealed = not os.access(path.parent, os.W_OK | os.X_OK)
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro"
+                               f"{'&immutable=1' if sealed else ''}", uri=True,
                                isolation_level=None)
+        conn.execute("PRAGMA mmap_size=0")  # plain reads: see the module docstring
+        return conn
     conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA mmap_size=0")  # plain reads: see the module docstring
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA busy_timeout=10000")  # another run may be writing

@@ -239,6 +239,20 @@ def test_an_endpoint_that_goes_away_for_a_while_is_ridden_out(server):
     assert gateway.counters.errors == 0
 
 
+def test_the_default_retry_budget_rides_out_a_ten_second_outage():
+    """The run's default policy (what the runner builds from `[run]`) waits at least 30 s in
+    all before a call gives up, whatever its random draws: a 10 s outage fails no call."""
+    from biaslab.experiments.spec import RunSettings
+
+    run = RunSettings()
+    policy = RetryPolicy(max_attempts=run.max_attempts, base_s=run.retry_base_s)
+    assert policy.min_total_wait_s == pytest.approx(30.75) and policy.min_total_wait_s >= 10
+    rng = random.Random(7)
+    for _ in range(2000):  # the least any sequence of draws waits
+        waited = sum(policy.delay(k, None, rng) for k in range(policy.max_attempts - 1))
+        assert waited >= policy.min_total_wait_s
+
+
 # -- whole runs --------------------------------------------------------------------------------
 def spec_dict(base_url: str, *, max_attempts: int = 5, pipelines=("E0", "E2"),
               concurrency: int = 16, directions=("pro_female",), **options) -> dict[str, Any]:
@@ -429,3 +443,43 @@ def test_run_with_mixed_faults_matches_a_fault_free_run_after_one_resume(tmp_pat
     assert tables
     for table in tables:  # which cell paid and which hit the cache is in cache_use.csv
         assert (out / table).read_bytes() == (ref / table).read_bytes(), table
+
+
+def test_an_outage_shorter_than_the_retry_budget_fails_no_cell(tmp_path, capsys):
+    """The server resets every connection for a while, then comes back: with the budget scaled
+    down (retry_base_s 0.02, 8 attempts: at least 1.27 s of waiting per call) a 1 s outage
+    fails no cell; the defaults scale the same budget to 30.75 s."""
+    import threading
+
+    from biaslab.agents.gateway import RetryPolicy as Policy
+
+    outage_s, base_s = 1.0, 0.02
+    assert Policy(max_attempts=8, base_s=base_s).min_total_wait_s > outage_s
+    with FakeOpenAI() as server:
+        server.responder = synthetic_answer
+        data = spec_dict(server.base_url, max_attempts=8, pipelines=("E0",))
+        data["run"]["retry_base_s"] = base_s
+        spec = write_spec(tmp_path / "spec.toml", data)
+        server.down = True
+        stop = threading.Event()
+
+        def back_later():  # `outage_s` after the first request met the outage
+            while not server.refused_while_down and not stop.wait(0.01):
+                pass
+            stop.wait(outage_s)
+            server.down = False
+
+        back = threading.Thread(target=back_later, daemon=True)
+        back.start()
+        try:
+            code = main(["run", str(spec), "--out", str(tmp_path / "run"), "--quiet",
+                         "--no-report", "--no-cache"])
+        finally:
+            stop.set()
+            back.join(5)
+        err = capsys.readouterr().err
+        assert server.refused_while_down, "the run never met the outage"
+    assert code == 0, err
+    assert {status for status, _ in cell_status(tmp_path / "run").values()} == {"done"}
+    recs = records(tmp_path / "run")
+    assert any(r.attempt_errors for r in recs)  # calls met the outage and were retried

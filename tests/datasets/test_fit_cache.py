@@ -5,12 +5,16 @@ one cannot hide what the next one fits. A counting wrapper records each model fi
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
 import textwrap
+import threading
+import zipfile
 
 import pytest
+import skops.io as sio
 
 from biaslab.datasets import fit_cache, student
 
@@ -58,7 +62,7 @@ def test_a_second_process_fits_nothing_and_damage_is_refit(tmp_path):
     fits_dir = cache.parent / "fits"
     first, err, tables = _run(tmp_path, "a", str(cache))
     assert first == "FITS [42, 43]" and "warning" not in err
-    entries = sorted(fits_dir.glob("*.pkl"))
+    entries = sorted(fits_dir.glob("*.skops"))
     # per split: the fitted model, and its probabilities on that split's test rows
     assert len(entries) == 4, entries
     assert not list(fits_dir.glob("*.tmp"))  # written atomically: no temporary left behind
@@ -77,8 +81,86 @@ def test_a_second_process_fits_nothing_and_damage_is_refit(tmp_path):
         next(str(e) for e in entries if str(e) in line) for line in warnings)
     assert all("fitting it again" in line for line in warnings)
     assert repaired == tables
-    for entry in entries:  # rewritten whole, under the same names
-        assert isinstance(pickle.loads(entry.read_bytes()), dict)
+    for entry in entries:  # rewritten whole, under the same names, in a format without code
+        assert zipfile.is_zipfile(entry)
+        assert isinstance(sio.loads(entry.read_bytes(), trusted=["sklearn.tree._tree.Tree"]),
+                          dict)
+
+
+class _RunsCode:
+    """A pickle that, when loaded, leaves a file behind: what an entry written by someone
+    else could do to whoever loads it, if entries were pickles."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_hostile_entries_run_no_code_and_are_refit(tmp_path):
+    """Entries someone else wrote into the shared fits/ directory: a pickle that runs code, a
+    skops file naming a function or a class biaslab never writes, a tree whose nodes point out
+    of it. None is loaded or run; each is fitted again with one warning on its own line."""
+    cache = tmp_path / "cache" / "calls.sqlite"
+    fits_dir = cache.parent / "fits"
+    _, _, tables = _run(tmp_path, "a", str(cache))
+    models = sorted(p for p in fits_dir.glob("student-ml-[0-9a-f]*.skops"))
+    probabilities = sorted(fits_dir.glob("student-ml-test-p-*.skops"))
+    assert len(models) == len(probabilities) == 2
+    marker = tmp_path / "code-ran"
+    models[0].write_bytes(pickle.dumps({"key": "x", "value": _RunsCode(marker)}))
+    payload = sio.loads(models[1].read_bytes(), trusted=["sklearn.tree._tree.Tree"])
+    tree = payload["value"].named_steps["gbc"].estimators_[0, 0].tree_
+    state = tree.__getstate__()
+    inner = state["nodes"]["left_child"] != -1
+    state["nodes"]["left_child"][inner.nonzero()[0][0]] = 10**6  # past the end of the tree
+    tree.__setstate__(state)
+    models[1].write_bytes(sio.dumps(payload))
+    from sklearn.linear_model import LogisticRegression
+    probabilities[0].write_bytes(sio.dumps({"key": "x", "value": LogisticRegression()}))
+    probabilities[1].write_bytes(sio.dumps({"key": "x", "value": os.system}))
+
+    fits, err, again = _run(tmp_path, "b", str(cache))
+    assert not marker.exists()  # the pickle was never unpickled
+    assert fits == "FITS [42, 43]" and again == tables
+    warnings = [line for line in err.splitlines() if "warning" in line]
+    assert len(warnings) == 4, err
+    assert all(line.startswith("biaslab: warning: the fitted model ") for line in warnings)
+    by_entry = {entry: [line for line in warnings if str(entry) in line]
+                for entry in (*models, *probabilities)}
+    assert all(len(lines) == 1 for lines in by_entry.values()), by_entry
+    assert "cannot be read back" in by_entry[models[0]][0]
+    assert "is not the fit it is named for" in by_entry[models[1]][0]
+    assert "LogisticRegression" in by_entry[probabilities[0]][0]
+    assert "system" in by_entry[probabilities[1]][0]
+    assert all("refusing to load it" in by_entry[p][0] for p in probabilities)
+    assert all(zipfile.is_zipfile(entry) for entry in (*models, *probabilities))  # replaced
+
+
+WARN_FROM_THREADS = textwrap.dedent("""
+    import threading
+    from biaslab.datasets import fit_cache
+    start = threading.Barrier(8)
+    def warn(n):
+        start.wait()
+        for i in range(200):
+            fit_cache.warn_line(f"thread {n} entry {i} " + "x" * 200)
+    threads = [threading.Thread(target=warn, args=(n,)) for n in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+""")
+
+
+def test_warnings_from_parallel_threads_keep_one_line_each(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", WARN_FROM_THREADS], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 8 * 200
+    expected = {f"biaslab: warning: thread {n} entry {i} " + "x" * 200
+                for n in range(8) for i in range(200)}
+    assert set(lines) == expected
 
 
 def test_cache_off_and_no_cache_keep_no_fits_on_disk(tmp_path):
@@ -88,7 +170,7 @@ def test_cache_off_and_no_cache_keep_no_fits_on_disk(tmp_path):
     second, _, again = _run(tmp_path, "b", str(cache), "--no-cache")
     assert second == "FITS [42, 43]"
     assert again == tables
-    kept = [p for p in tmp_path.rglob("*") if p.name == "fits" or p.suffix == ".pkl"
+    kept = [p for p in tmp_path.rglob("*") if p.name == "fits" or p.suffix == ".skops"
             or "biaslab" in p.relative_to(tmp_path).parts]
     assert kept == [], kept  # no fits/ beside the cache, nothing under $HOME/.cache/biaslab
 
@@ -121,7 +203,7 @@ def test_a_foreign_entry_is_refit_with_one_warning(tmp_path, capsys):
     with fit_cache.fits_in(tmp_path):
         assert fit_cache.cached_fit("t", inputs, lambda: (1.5,)) == (1.5,)
         path = fit_cache.entry_path(tmp_path, "t", inputs)
-        path.write_bytes(pickle.dumps({"key": "someone else's", "value": (9.0,)}))
+        path.write_bytes(sio.dumps({"key": "someone else's", "value": (9.0,)}))
         calls = []
         value = fit_cache.cached_fit("t", inputs, lambda: calls.append(1) or (1.5,))
         assert value == (1.5,) and calls == [1]

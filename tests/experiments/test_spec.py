@@ -139,3 +139,97 @@ def test_protocol_default_exposure_template_and_spec_relative_option_paths(tmp_p
     assert plan.exposure_template == "roleplay/exposure"
     exposed = [c for conds in plan.conditions.values() for c in conds if c.exposures]
     assert exposed and all(e.template == "roleplay/exposure" for c in exposed for e in c.exposures)
+
+
+# -- bad arguments and refused resumes: the same rule through every verb ---------------------
+ARG_SPEC = GOOD + ('[run]\nseeds = [42]\n[options]\npipelines = ["E0"]\ndatasets = ["math"]\n'
+                   'max_test = 10\nn_resamples = 100\n[conditions]\ndirections = ["pro_male"]\n'
+                   'targets = "singletons"\n')
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished run without a report, made once; each case copies it."""
+    root = tmp_path_factory.mktemp("finished")
+    (root / "spec.toml").write_text(ARG_SPEC)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BIASLAB_CACHE", "off")
+        assert main(["run", str(root / "spec.toml"), "--out", str(root / "run"), "--quiet",
+                     "--no-report"]) == 0
+    return root
+
+
+def _no_spec(run):
+    (run / "spec.toml").unlink()  # as if killed after the store was made, before the spec
+
+
+def _no_store(run):
+    for path in run.glob("run.sqlite*"):
+        path.unlink()
+
+
+def _empty_store(run):
+    _no_store(run)
+    (run / "run.sqlite").write_bytes(b"")
+
+
+# (argv with SPEC, RUN for the copied spec and run, what to do to the run first, message)
+@pytest.mark.parametrize("argv, damage, message", [
+    ("export RUN --out SPEC", None, r"--out .*spec\.toml is a file; export writes a directory"),
+    ("run SPEC --out ", None, r"--out is empty"),
+    ("run SPEC --model  --out NEW", None, r"--model is empty"),
+    ("run SPEC --scale  --out NEW", None, r"--scale is empty"),
+    ("run SPEC --out NEW --ray-address 127.0.0.1:6379", None,
+     r"--ray-address goes with --executor ray"),
+    ("replay RUN --mode strict --node prediction --out NEW", None,
+     r"--node goes with --mode counterfactual; --mode strict would ignore it"),
+    ("replay RUN --mode rescore --repeats 0", None, r"--repeats must be at least 1, got 0"),
+    ("replay RUN --mode rescore --repeats 2", None, r"--repeats goes with .*--judge-node"),
+    ("replay RUN --mode rescore --labels X", None, r"--labels goes with .*--judge-node"),
+    ("estimate SPEC --pilot NEW", None, r"--pilot goes with --power \(or --mde\)"),
+    ("merge RUN RUN --out NEW", None, r"run is listed twice"),
+    ("replay RUN --mode rescore --sensitivity", None, r"holds no calls of the judge nodes"),
+    ("run SPEC --out RUN --resume", _no_store, r"run\.sqlite is missing, though .* held a run"),
+    ("run SPEC --out RUN --resume", _empty_store, r"run\.sqlite is empty, though .* held a run"),
+    ("run --resume RUN", _no_store, r"is not a run directory \(no run\.sqlite\)"),
+    ("run --resume RUN", _no_spec, r"no spec\.toml .* biaslab run SPEC\.toml --out .*run "
+                                   r"--resume"),
+])
+def test_bad_arguments_are_one_line(finished_run, tmp_path, capsys, monkeypatch, argv, damage,
+                                    message):
+    import shutil
+
+    monkeypatch.setenv("BIASLAB_CACHE", "off")
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    shutil.copytree(finished_run / "run", run)
+    shutil.copy(finished_run / "spec.toml", tmp_path / "spec.toml")
+    if damage:
+        damage(run)
+    def files():  # every file and folder, but SQLite's own -shm/-wal of a read-only open
+        return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in tmp_path.rglob("*")
+                if p.is_file() and not p.name.endswith(("-shm", "-wal"))} | {
+                p: None for p in tmp_path.rglob("*") if p.is_dir()}
+
+    before = files()
+    words = argv.replace("SPEC", str(tmp_path / "spec.toml")).replace(
+        "RUN", str(run)).replace("NEW", str(tmp_path / "new")).split(" ")
+    code = main(words)
+    _, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1 and err.startswith("biaslab: error:"), err
+    assert re.search(message, err), err
+    assert files() == before  # nothing written, created or touched
+
+
+@pytest.mark.parametrize("table", ['[run]\nretry_base_s = inf\n',
+                                   '[model_aliases.m]\nprovider = "scripted"\n'
+                                   'model = "amplification-synthetic"\ntimeout_s = inf\n',
+                                   '[model_aliases.m]\nprovider = "scripted"\n'
+                                   'model = "amplification-synthetic"\nrps = nan\n'])
+def test_infinite_and_nan_settings_are_one_line(tmp_path, capsys, monkeypatch, table):
+    monkeypatch.chdir(tmp_path)
+    text = GOOD.replace('["scripted:amplification-synthetic"]', '["m"]') if "model_aliases" \
+        in table else GOOD
+    code, err = run(tmp_path, capsys, text + table, "--out", str(tmp_path / "o"))
+    assert code == 2 and err.count("\n") == 1 and "Input should be a finite number" in err, err
+    assert not (tmp_path / "o").exists()

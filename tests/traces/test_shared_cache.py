@@ -307,3 +307,57 @@ def test_a_cache_that_fails_mid_run_costs_a_warning_never_a_call(tmp_path, serve
     assert "could not be written" in found[0] and "failed on a lookup" in found[1]
     assert len(server.requests) == 4 and gateway.counters.errors == 0
     assert len(own) == 1  # the answer paid again is in the run's own cache
+
+
+def test_a_cache_truncated_during_a_run_costs_a_warning_never_the_process(tmp_path, server):
+    """Someone truncates the shared cache (its WAL index, which SQLite maps, and the file) while
+    a run is waiting for its second answer. A mapped page past the end of its file is a SIGBUS
+    that kills the process without a word; here the run notices, takes the cache out with one
+    warning, and finishes every cell."""
+    cache = tmp_path / "cache" / "calls.sqlite"
+    index = Path(f"{cache}-shm")
+    seen = []
+
+    def truncating(messages):
+        seen.append(1)
+        if len(seen) == 2:  # mid-run: the cache is open, its index mapped
+            assert index.stat().st_size > 0
+            os.truncate(index, 0)
+            os.truncate(cache, 0)
+        return synthetic_answer(messages)
+
+    server.responder = truncating
+    spec = spec_file(tmp_path, server.base_url, concurrency=1)
+    proc = subprocess.run([sys.executable, "-m", "biaslab", "run", str(spec), "--out",
+                           str(tmp_path / "run"), "--quiet", "--no-report"],
+                          env={**os.environ, "BIASLAB_CACHE": str(cache)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])  # -7 was SIGBUS
+    found = warnings(proc.stderr)
+    assert len(found) == 1 and "was truncated while this run used it" in found[0], found
+    assert statuses(tmp_path / "run") == ["done", "done"]
+    assert len(server.requests) == CALLS_PER_RUN
+
+
+def test_a_full_cache_in_a_read_only_directory_serves_the_run(tmp_path, capsys, server,
+                                                              request, monkeypatch):
+    """A filled cache in a directory the run may not write (a team's shared cache, say):
+    its answers are read, with one warning that new ones are not stored there."""
+    where = tmp_path / "team"
+    where.mkdir()
+    cache = where / "calls.sqlite"
+    monkeypatch.setenv("BIASLAB_CACHE", str(cache))
+    assert run(capsys, spec_file(tmp_path, server.base_url), tmp_path / "first")[0] == 0
+    assert not Path(f"{cache}-shm").exists()  # the last writer to close removes WAL's files
+    make_read_only(where, request)
+    both = spec_file(tmp_path, server.base_url, directions=("pro_female", "pro_male"),
+                     name="both.toml")
+    code, err = run(capsys, both, tmp_path / "second")
+    assert code == 0, err
+    assert set(statuses(tmp_path / "second")) == {"done"}
+    [warning] = warnings(err)
+    assert str(cache) in warning and "read-only" in warning
+    assert f"model calls, {CALLS_PER_RUN} cache hits" in err, err  # pro_female's, from it
+    paid = len(server.requests) - CALLS_PER_RUN  # only the new questions were paid
+    assert paid > 0 and f"{paid} model calls" in err
+    assert sorted(p.name for p in where.iterdir()) == ["calls.sqlite"]

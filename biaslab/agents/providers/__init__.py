@@ -66,7 +66,7 @@ class ModelSpec(BaseModel):
         timeout_s: per-call timeout.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     provider: str
     model: str = ""
