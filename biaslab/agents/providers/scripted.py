@@ -4,6 +4,11 @@ It answers by rules over the rendered prompt (regex → text, or a callable), so
 an agent with a known bias: e.g. lower a probability only when the exposure text is present.
 Faults (timeouts, 429/500/400 errors, malformed text) can be injected for the first n matching
 calls, to exercise retries and parse-failure recording.
+
+Like a model that follows its instructions, a scripted model answers a judge's prompt, which
+asks for the answer between verdict markers (`biaslab.agents.verdicts`), with its rule's text
+between those markers, unless the text already holds them (a rule that writes more than its
+verdict, e.g. a judge that quotes what it judged, places them itself).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
 
+from biaslab.agents.verdicts import answer_in_marker
 from biaslab.errors import ModelCallError, UserError
 
 __all__ = ["ScriptedChatModel", "Rule", "Fault", "ScriptedRequest", "register_scripted",
@@ -120,7 +126,7 @@ class ScriptedChatModel(BaseChatModel):
             raise ModelCallError(f"scripted HTTP {status}", status=status,
                                  retry_after=fault.retry_after, transient=status == 429 or status >= 500)
         if text is None:
-            text = self._respond(request)
+            text = answer_in_marker(request.user, self._respond(request))
         usage = {"input_tokens": max(1, len(request.text) // 4),
                  "output_tokens": max(1, len(text) // 4)}
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
