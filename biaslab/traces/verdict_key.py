@@ -11,7 +11,7 @@ Where a run's key comes from, in order (`run_verdict_key`):
    counterfactual replay and a judge-sensitivity run their source's, so their prompts are the
    source's byte for byte and its recorded answers are found;
 3. the key file beside the shared response cache (``<cache>.verdict-key``, created once, mode
-   0600): runs that share a cache share a key, so the same job into a new directory renders the
+   0600, replaced if damaged): runs that share a cache share a key, so the same job into a new directory renders the
    same judge prompts and is answered from the cache;
 4. otherwise (``--no-cache``) a fresh random key.
 
@@ -47,11 +47,15 @@ def cache_verdict_key(cache_path: str | Path) -> bytes | None:
     """The key kept beside the shared cache at `cache_path`, created on first use; None when
     that directory cannot hold it (the run then takes a key of its own)."""
     path = Path(f"{cache_path}.verdict-key")
+    damaged = False
     try:
         found = _decode(path.read_text(encoding="ascii").strip())
         if found is not None:
             return found
-    except (OSError, UnicodeDecodeError):
+        damaged = True
+    except UnicodeDecodeError:
+        damaged = True
+    except OSError:
         pass
     key = secrets.token_bytes(_BYTES)
     try:
@@ -61,7 +65,10 @@ def cache_verdict_key(cache_path: str | Path) -> bytes | None:
         with os.fdopen(fd, "w", encoding="ascii") as handle:
             handle.write(key.hex())
         try:
-            os.link(temp, path)  # never replaces a key another run wrote meanwhile
+            if damaged:  # unreadable as a key: replaced, so later runs share one again
+                os.replace(temp, path)
+            else:
+                os.link(temp, path)  # never replaces a key another run wrote meanwhile
         except FileExistsError:
             pass
         finally:

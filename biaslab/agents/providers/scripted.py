@@ -94,6 +94,9 @@ class ScriptedChatModel(BaseChatModel):
     latency_s: float = 0.0
     faults: list[Any] = []
     name_: str = "scripted"
+    answers_in_markers: bool = True
+    """Whether a judge's answer is put between the markers its prompt asks for (module
+    docstring); an answer sheet, whose recorded answers hold them already, says False."""
     _count: int = PrivateAttr(default=0)
 
     @property
@@ -126,7 +129,9 @@ class ScriptedChatModel(BaseChatModel):
             raise ModelCallError(f"scripted HTTP {status}", status=status,
                                  retry_after=fault.retry_after, transient=status == 429 or status >= 500)
         if text is None:
-            text = answer_in_marker(request.user, self._respond(request))
+            text = self._respond(request)
+            if self.answers_in_markers:
+                text = answer_in_marker(request.user, text)
         usage = {"input_tokens": max(1, len(request.text) // 4),
                  "output_tokens": max(1, len(text) // 4)}
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]

@@ -1,0 +1,119 @@
+"""The run's verdict key: kept in the store, inherited by replays, shared through the cache.
+
+Through the CLI, on a tiny roleplay grid (its three Why judges ask for markers): the same job
+into a new directory with the same shared cache renders the same judge prompts and makes no
+model call; a run with ``--no-cache`` has a key of its own, and a strict replay of it finds
+every recorded call (it inherits the key); the key never reaches the spec, a table or the
+report.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from biaslab.agents.verdicts import requested_marker
+from biaslab.cli import main
+from biaslab.traces.store import RunStore
+from biaslab.traces.verdict_key import cache_verdict_key
+
+SPEC = """name = "keys"
+protocol = "roleplay"
+models = ["scripted:roleplay-synthetic"]
+[run]
+seeds = [42]
+concurrency = 4
+retry_base_s = 0.0
+[options]
+attributes = ["gender"]
+per_stratum = 2
+chunk_size = 2
+types = ["why"]
+[conditions]
+targets = []
+"""
+
+
+def _run(tmp: Path, out: str, *extra: str) -> Path:
+    spec = tmp / "spec.toml"
+    spec.write_text(SPEC)
+    assert main(["run", str(spec), "--out", str(tmp / out), "--quiet", *extra]) == 0
+    return tmp / out
+
+
+def _judge_calls(run: Path):
+    store = RunStore(run, readonly=True)
+    try:
+        calls, meta = store.calls(), store.meta()
+    finally:
+        store.close()
+    marked = calls["messages"].map(lambda ms: requested_marker(ms[-1]["content"]) is not None)
+    return calls[marked].sort_values(["cell_id", "node", "item"]), meta["verdict_key"]
+
+
+def test_cache_key_file_is_made_once_and_private(tmp_path):
+    key = cache_verdict_key(tmp_path / "calls.sqlite")
+    path = tmp_path / "calls.sqlite.verdict-key"
+    assert key is not None and len(key) == 16
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert cache_verdict_key(tmp_path / "calls.sqlite") == key
+    path.write_text("damaged")  # replaced by a new key, which later runs share
+    fresh = cache_verdict_key(tmp_path / "calls.sqlite")
+    assert fresh is not None and fresh != key
+    assert cache_verdict_key(tmp_path / "calls.sqlite") == fresh
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        assert cache_verdict_key(locked / "calls.sqlite") is None
+
+
+def test_runs_sharing_a_cache_share_judge_prompts_and_answers(tmp_path, capsys):
+    first = _run(tmp_path, "first")
+    again = _run(tmp_path, "again")
+    calls_a, key_a = _judge_calls(first)
+    calls_b, key_b = _judge_calls(again)
+    assert len(calls_a) > 0 and key_a == key_b
+    assert calls_a["messages"].tolist() == calls_b["messages"].tolist()
+    assert calls_b["cache_hit"].all() and calls_b["parse_error"].isna().all()
+    # the key is in no file a person reads or shares
+    for run in (first, again):
+        for path in [run / "spec.toml", run / "report.html", *(run / "tables").rglob("*")]:
+            if path.is_file():
+                assert key_a not in path.read_text(errors="replace"), path
+
+
+def test_a_run_without_the_cache_has_its_own_key_and_replays_exactly(tmp_path, capsys):
+    shared = _run(tmp_path, "shared")
+    alone = _run(tmp_path, "alone", "--no-cache")
+    calls_s, key_s = _judge_calls(shared)
+    calls_a, key_a = _judge_calls(alone)
+    assert key_a != key_s
+    assert calls_a["messages"].tolist() != calls_s["messages"].tolist()
+    assert calls_a["parse_error"].isna().all()
+    # resumed, it keeps its key: nothing to run, no call made
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "spec.toml"), "--out", str(alone), "--resume",
+                 "--no-cache"]) == 0
+    assert "0 model calls" in capsys.readouterr().err
+    assert _judge_calls(alone)[1] == key_a
+    # a strict replay inherits the source's key, so every judge call is found in the trace
+    code = main(["replay", str(alone), "--mode", "strict", "--out", str(tmp_path / "strict")])
+    out = capsys.readouterr().out
+    assert code == 0 and "outputs identical, 0 model calls" in out
+    assert _judge_calls(tmp_path / "strict")[1] == key_a
+
+
+@pytest.mark.parametrize("value", ["", "zz" * 16, 7])
+def test_a_damaged_key_in_the_store_is_replaced(tmp_path, value):
+    from biaslab.traces.verdict_key import run_verdict_key
+    store = RunStore(tmp_path / "run")
+    try:
+        store.set_meta(verdict_key=value)
+        key = run_verdict_key(store)
+        assert len(key) == 16 and store.meta()["verdict_key"] == key.hex()
+        assert run_verdict_key(store) == key
+    finally:
+        store.close()
