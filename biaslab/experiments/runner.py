@@ -34,7 +34,7 @@ from biaslab.graphs.lanes import Lane, Lanes, pack, packing_obstacle, run_packed
 from biaslab.graphs.registry import protocol_origin, step_budget
 from biaslab.traces.cache import CallCache, shared_cache_path
 from biaslab.traces.shared_cache import open_shared_cache
-from biaslab.traces.verdict_key import run_verdict_key
+from biaslab.traces.verdict_key import run_verdict_key, verdict_key_path
 from biaslab.traces.records import SCHEMA_VERSION
 from biaslab.traces.store import STORE_FILE, RunStore
 
@@ -586,9 +586,8 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
     if shared_cache is not None:
         caches.append(shared_cache)
     # The judges' verdict markers: this run's key, else its source's (a shard, a replay), else
-    # the shared cache's (biaslab.traces.verdict_key).
-    verdict_key = run_verdict_key(store, replay_from,
-                                  shared_cache_path() if use_shared_cache else None)
+    # the user's (biaslab.traces.verdict_key).
+    verdict_key = run_verdict_key(store, replay_from, verdict_key_path())
     gateway = Gateway(caches=caches, replay=[s.cache for s in replay_from], mode=mode,
                       verdict_key=verdict_key,
                       concurrency=concurrency or plan.spec.run.concurrency,

@@ -32,9 +32,8 @@ from biaslab.experiments.interrupts import CtrlC, run_coroutine
 from biaslab.experiments.plan import Cell, Plan
 from biaslab.experiments.runner import (RunResult, _lock_run_dir, open_store, prepare_store,
                                         run_plan, write_resolved_spec)
-from biaslab.traces.cache import shared_cache_path
 from biaslab.traces.store import STORE_FILE, RunStore
-from biaslab.traces.verdict_key import run_verdict_key
+from biaslab.traces.verdict_key import run_verdict_key, verdict_key_path
 
 __all__ = ["parse_shard", "in_shard", "merge_runs", "missing_shards", "run_sharded", "run_shard", "mark_shard",
            "MergeResult", "SHARDS_DIR"]
@@ -325,7 +324,7 @@ def run_sharded(plan: Plan, run_dir: str | Path, *, workers: int, executor: str 
         try:
             prepare_store(store, plan, run_dir, resume=resume)
             # fixed before any shard starts: each shard takes it from this store
-            run_verdict_key(store, (), shared_cache_path() if use_shared_cache else None)
+            run_verdict_key(store, (), verdict_key_path())
             done_before = store.counts()["cells_done"] if resume else 0
         finally:
             store.close()

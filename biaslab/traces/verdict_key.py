@@ -10,10 +10,11 @@ Where a run's key comes from, in order (`run_verdict_key`):
 2. the first source store that has one: a shard takes its run's key, a strict or
    counterfactual replay and a judge-sensitivity run their source's, so their prompts are the
    source's byte for byte and its recorded answers are found;
-3. the key file beside the shared response cache (``<cache>.verdict-key``, created once, mode
-   0600, replaced if damaged): runs that share a cache share a key, so the same job into a new directory renders the
-   same judge prompts and is answered from the cache;
-4. otherwise (``--no-cache``) a fresh random key.
+3. the user's key file (`verdict_key_path`: ``<BIASLAB_CACHE>.verdict-key`` beside the shared
+   response cache, else ``~/.cache/biaslab/verdict-key``; created once, mode 0600, replaced
+   if damaged), whether or not the run uses the shared cache: so the same job into a new
+   directory renders the same judge prompts, and is answered from the cache when it has one;
+4. a fresh random key, only where that file cannot be written.
 
 It is not a credential: knowing it lets one predict markers, which matters only to a model that
 could put them in a judged text, and no model ever sees it.
@@ -28,7 +29,7 @@ from typing import Sequence
 
 from biaslab.traces.store import RunStore
 
-__all__ = ["run_verdict_key", "cache_verdict_key", "META_KEY"]
+__all__ = ["run_verdict_key", "cache_verdict_key", "verdict_key_path", "META_KEY"]
 
 META_KEY = "verdict_key"
 _BYTES = 16
@@ -43,10 +44,20 @@ def _decode(value: object) -> bytes | None:
     return None
 
 
-def cache_verdict_key(cache_path: str | Path) -> bytes | None:
-    """The key kept beside the shared cache at `cache_path`, created on first use; None when
-    that directory cannot hold it (the run then takes a key of its own)."""
-    path = Path(f"{cache_path}.verdict-key")
+def verdict_key_path() -> Path:
+    """Where the user's verdict key is kept: beside ``$BIASLAB_CACHE`` when that names a file,
+    else in the user's cache directory (also under ``BIASLAB_CACHE=off``)."""
+    env = os.environ.get("BIASLAB_CACHE")
+    if env and env != "off":
+        return Path(f"{env}.verdict-key")
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "biaslab" / \
+        "verdict-key"
+
+
+def cache_verdict_key(path: str | Path) -> bytes | None:
+    """The key kept in the file at `path`, created on first use; None when it cannot be read
+    or made (the run then takes a key of its own)."""
+    path = Path(path)
     damaged = False
     try:
         found = _decode(path.read_text(encoding="ascii").strip())
@@ -79,14 +90,15 @@ def cache_verdict_key(cache_path: str | Path) -> bytes | None:
 
 
 def run_verdict_key(store: RunStore, sources: Sequence[RunStore] = (),
-                    cache_path: str | Path | None = None) -> bytes:
-    """The run's key (see the module docstring for the order), recorded in `store`'s meta."""
+                    key_file: str | Path | None = None) -> bytes:
+    """The run's key (see the module docstring for the order), recorded in `store`'s meta;
+    `key_file` is the user's key file (`verdict_key_path`), None to skip it."""
     own = _decode(store.meta().get(META_KEY))
     if own is not None:
         return own
     key = next((k for k in (_decode(s.meta().get(META_KEY)) for s in sources) if k), None)
-    if key is None and cache_path is not None:
-        key = cache_verdict_key(cache_path)
+    if key is None and key_file is not None:
+        key = cache_verdict_key(key_file)
     key = key or secrets.token_bytes(_BYTES)
     store.set_meta(**{META_KEY: key.hex()})
     return key

@@ -2,9 +2,9 @@
 
 Through the CLI, on a tiny roleplay grid (its three Why judges ask for markers): the same job
 into a new directory with the same shared cache renders the same judge prompts and makes no
-model call; a run with ``--no-cache`` has a key of its own, and a strict replay of it finds
-every recorded call (it inherits the key); the key never reaches the spec, a table or the
-report.
+model call, and with ``--no-cache`` it still renders the same prompts; a user with another
+key file renders other markers, and a strict replay of that run finds every recorded call (it
+inherits the run's key); the key never reaches the spec, a table or the report.
 """
 
 from __future__ import annotations
@@ -85,10 +85,16 @@ def test_runs_sharing_a_cache_share_judge_prompts_and_answers(tmp_path, capsys):
                 assert key_a not in path.read_text(errors="replace"), path
 
 
-def test_a_run_without_the_cache_has_its_own_key_and_replays_exactly(tmp_path, capsys):
+def test_another_key_renders_other_markers_and_its_run_replays_exactly(tmp_path, capsys,
+                                                                        monkeypatch):
     shared = _run(tmp_path, "shared")
-    alone = _run(tmp_path, "alone", "--no-cache")
+    uncached = _run(tmp_path, "uncached", "--no-cache")  # the same user: the same key
     calls_s, key_s = _judge_calls(shared)
+    calls_u, key_u = _judge_calls(uncached)
+    assert key_u == key_s and calls_u["messages"].tolist() == calls_s["messages"].tolist()
+    assert not calls_u["cache_hit"].any()
+    monkeypatch.setenv("BIASLAB_CACHE", str(tmp_path / "elsewhere" / "calls.sqlite"))
+    alone = _run(tmp_path, "alone")
     calls_a, key_a = _judge_calls(alone)
     assert key_a != key_s
     assert calls_a["messages"].tolist() != calls_s["messages"].tolist()
@@ -99,7 +105,9 @@ def test_a_run_without_the_cache_has_its_own_key_and_replays_exactly(tmp_path, c
                  "--no-cache"]) == 0
     assert "0 model calls" in capsys.readouterr().err
     assert _judge_calls(alone)[1] == key_a
-    # a strict replay inherits the source's key, so every judge call is found in the trace
+    # a strict replay, by the first user again, inherits the run's key: every judge call is
+    # found in the trace
+    monkeypatch.setenv("BIASLAB_CACHE", str(tmp_path / "shared-cache.sqlite"))
     code = main(["replay", str(alone), "--mode", "strict", "--out", str(tmp_path / "strict")])
     out = capsys.readouterr().out
     assert code == 0 and "outputs identical, 0 model calls" in out
