@@ -54,20 +54,24 @@ def _judge_calls(run: Path):
     return calls[marked].sort_values(["cell_id", "node", "item"]), meta["verdict_key"]
 
 
-def test_cache_key_file_is_made_once_and_private(tmp_path):
-    key = cache_verdict_key(tmp_path / "calls.sqlite")
-    path = tmp_path / "calls.sqlite.verdict-key"
+def test_the_key_file_is_made_once_private_and_beside_the_cache(tmp_path, monkeypatch):
+    from biaslab.traces.verdict_key import verdict_key_path
+    monkeypatch.setenv("BIASLAB_CACHE", str(tmp_path / "calls.sqlite"))
+    path = verdict_key_path()
+    assert path == tmp_path / "calls.sqlite.verdict-key"
+    key = cache_verdict_key(path)
     assert key is not None and len(key) == 16
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert cache_verdict_key(tmp_path / "calls.sqlite") == key
+    assert cache_verdict_key(path) == key
     path.write_text("damaged")  # replaced by a new key, which later runs share
-    fresh = cache_verdict_key(tmp_path / "calls.sqlite")
-    assert fresh is not None and fresh != key
-    assert cache_verdict_key(tmp_path / "calls.sqlite") == fresh
-    if os.geteuid() != 0:
-        locked = tmp_path / "locked"
-        locked.mkdir(mode=0o500)
-        assert cache_verdict_key(locked / "calls.sqlite") is None
+    fresh = cache_verdict_key(path)
+    assert fresh is not None and fresh != key and cache_verdict_key(path) == fresh
+    monkeypatch.setenv("BIASLAB_CACHE", "off")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert verdict_key_path() == tmp_path / "xdg" / "biaslab" / "verdict-key"
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert cache_verdict_key(blocker / "verdict-key") is None  # cannot be made: no key file
 
 
 def test_runs_sharing_a_cache_share_judge_prompts_and_answers(tmp_path, capsys):
@@ -92,7 +96,6 @@ def test_another_key_renders_other_markers_and_its_run_replays_exactly(tmp_path,
     calls_s, key_s = _judge_calls(shared)
     calls_u, key_u = _judge_calls(uncached)
     assert key_u == key_s and calls_u["messages"].tolist() == calls_s["messages"].tolist()
-    assert not calls_u["cache_hit"].any()
     monkeypatch.setenv("BIASLAB_CACHE", str(tmp_path / "elsewhere" / "calls.sqlite"))
     alone = _run(tmp_path, "alone")
     calls_a, key_a = _judge_calls(alone)
