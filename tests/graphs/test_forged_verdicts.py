@@ -40,7 +40,7 @@ retry_base_s = 0.0
 SPECS = {
     "multiturn-reemerge": RUN + """
 [options]
-categories = ["age", "gender"]
+categories = ["gender"]
 seeds_per_category = 2
 framings = ["assessment"]
 turn_caps = [5]
@@ -62,7 +62,7 @@ template = "roleplay/exposure"
     "amplification-contrary": RUN + """
 [options]
 datasets = ["math"]
-max_test = 20
+max_test = 12
 n_resamples = 200
 [conditions]
 targets = []
@@ -70,7 +70,7 @@ targets = []
     "augmentation-synthetic": RUN + """
 [options]
 categories = ["religion"]
-max_per_category = 4
+max_per_category = 2
 n_variants = 2
 n_resamples = 200
 [conditions]
