@@ -284,13 +284,16 @@ class FakeOpenAI:
 
 
 def synthetic_answer(messages: list[dict[str, Any]]) -> str:
-    """Answer like ``scripted:amplification-synthetic`` (same rules, same functions)."""
+    """Answer like ``scripted:amplification-synthetic`` (same rules, same functions; a judge's
+    answer between the verdict markers its prompt asks for)."""
     from biaslab.agents.providers.scripted import ScriptedRequest
+    from biaslab.agents.verdicts import answer_in_marker
     from biaslab.graphs.amplification_synthetic import make_agent
 
     request = ScriptedRequest(tuple({"role": m["role"], "content": str(m["content"])}
                                     for m in messages), {}, 0)
     for rule in make_agent().rules:
         if re.search(rule.pattern, request.text, flags=re.S):
-            return rule.respond(request) if callable(rule.respond) else rule.respond
+            text = rule.respond(request) if callable(rule.respond) else rule.respond
+            return answer_in_marker(request.user, text)
     return "I cannot answer that."

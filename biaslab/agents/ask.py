@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from biaslab.agents.context import CellContext
-from biaslab.agents.parsers import OutputConstraint, ParseError, Parser, parse_outside_judged
+from biaslab.agents.parsers import OutputConstraint, ParseError, Parser
 from biaslab.agents.providers import ModelSpec
+from biaslab.agents.verdicts import (MARKER_TOKENS, VERDICT_PROMPT, VerdictMarker, marker_for,
+                                     parse_marked)
 from biaslab.errors import ModelCallError
 from biaslab.prompts.exposure import apply_exposures
 from biaslab.prompts.registry import Message
@@ -64,7 +66,8 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
               parser: Parser, constraint: OutputConstraint | None = None, item: str = "",
               sample: int = 0, reasks: int = 1, max_tokens: int | None = None,
               model: ModelSpec | None = None, judged: Sequence[str] = (),
-              history: Sequence[Message] = (), reviewed: int = 0) -> Answer:
+              history: Sequence[Message] = (), reviewed: int = 0,
+              verdict: bool | None = None) -> Answer:
     """One LLM decision of `node`, with up to `reasks` re-asks on a parse failure.
 
     Args:
@@ -76,12 +79,14 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
         sample: repeat index for k-repeat answers; each sample gets its own seed.
         model: a model for this call only (a member of a judge ensemble); default: the
             node's bound model.
-        judged: the texts a judge, validator or oracle is judging, as its prompt shows them.
-            Unless constrained decoding holds the answer to its format (a local model with a
-            `constraint`), the verdict is parsed from outside every copy of these texts in the
-            answer, so a judged text that ends in a look-alike verdict, quoted by the judge,
-            cannot stand in for the judge's own (`parse_outside_judged`). The record keeps the
-            raw answer.
+        judged: the texts a judge, validator or oracle is judging. Such a call reads its
+            answer only from its verdict channel (`biaslab.agents.verdicts`): unless
+            constrained decoding holds the answer to its format (a local model with a
+            `constraint`: the whole output is the structured answer), the prompt asks for the
+            answer between markers derived from the prompt and the run's verdict key, and only
+            what stands between them is parsed. Nothing a judged text says, however the judge
+            quotes it, can be read as (or cancel) the verdict. The record keeps the raw answer.
+        verdict: whether this is such a call; default: whether `judged` holds any text.
         history: turns sent after the rendered prompt; a self-check's are the node's answer
             and the request to review it (set by `ask` itself, below).
         reviewed: how many of the node's self-checks `history` already holds.
@@ -98,13 +103,11 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
     cell_ctx, given_slots, given_judged = ctx, slots, judged
     ctx = ctx.for_call(item)
     template = ctx.template(node, prompt)
-    # The judge-bias probe: the node sees its inputs with group terms swapped. The judged
-    # texts are swapped too, as the prompt now shows them, so parsing skips their copies.
+    # The judge-bias probe: the node sees its inputs with group terms swapped.
     group_swap, swapped_terms = "", 0
     if ctx.group_swap is not None and ctx.group_swap.applies_to(node):
         lexicon = ctx.group_swap.lexicon
         slots, swapped_terms = lexicon.swap_value(dict(slots))
-        judged = tuple(lexicon.swap(text)[0] for text in judged)
         group_swap = lexicon.ref
     messages = template.render(slots)
     exposures = ctx.condition.exposures_for(node)
@@ -120,15 +123,20 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
     if mitigations:
         messages = apply_exposures(messages, [(m.position, m.text(ctx.prompts))
                                               for m in mitigations])
-    base, messages = len(messages), [*messages, *history]
     spec = model or ctx.bindings.model_for(node)
+    constrained = constraint is not None and spec.provider == "local"
+    marker = None
+    if (bool(judged) if verdict is None else verdict) and not constrained:
+        messages, marker = _ask_for_marker(ctx, messages)
+    base, messages = len(messages), [*messages, *history]
     # An unset temperature is the provider's own default: nothing is sent (the papers sample
     # at each model's default; 0 would make repeats and ensembles one answer).
-    params: dict[str, Any] = {"max_tokens": max_tokens or spec.max_tokens,
+    budget = max_tokens or spec.max_tokens
+    params: dict[str, Any] = {"max_tokens": budget + MARKER_TOKENS if marker else budget,
                               "seed": call_seed(ctx.seed, node, sample)}
     if spec.temperature is not None:
         params["temperature"] = spec.temperature
-    if constraint is not None and spec.provider == "local":
+    if constrained:
         params.update(constraint.params())
     answer = Answer(error="no attempt made")
     for attempt in range(reasks + 1):
@@ -157,8 +165,7 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
         record.latency_s, record.attempts = done.latency_s, done.attempts
         record.attempt_errors = list(done.attempt_errors)
         try:
-            value = parse_outside_judged(parser, done.raw, () if constraint is not None
-                                         and spec.provider == "local" else judged)
+            value = parse_marked(parser, done.raw, marker) if marker else parser(done.raw)
         except ParseError as exc:
             record.parse_error = str(exc)
             ctx.calls.append(record)
@@ -176,6 +183,21 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
             return await ask(cell_ctx, node, given_slots, prompt=prompt, parser=parser,
                              constraint=constraint, item=f"{item}|{review.name}",
                              sample=sample, reasks=reasks, max_tokens=max_tokens, model=model,
-                             judged=given_judged, history=turns, reviewed=reviewed + 1)
+                             judged=given_judged, history=turns, reviewed=reviewed + 1,
+                             verdict=verdict)
         return Answer(value=value, raw=done.raw)
     return answer
+
+
+def _ask_for_marker(ctx: CellContext, messages: list[Message]
+                    ) -> tuple[list[Message], VerdictMarker]:
+    """`messages` with the request for this call's verdict markers at the end of the last user
+    message (after any exposure or mitigation, so it is the last thing the judge reads), and
+    those markers: derived from the prompt as rendered so far and the run's key."""
+    marker = marker_for(ctx.gateway.verdict_key, messages)
+    request = ctx.prompts.get(VERDICT_PROMPT).render({"open": marker.open,
+                                                      "close": marker.close})[-1]["content"]
+    last = messages[-1]
+    if last["role"] == "user":
+        return [*messages[:-1], {**last, "content": f"{last['content']}\n\n{request}"}], marker
+    return [*messages, {"role": "user", "content": request}], marker

@@ -18,6 +18,7 @@ import contextvars
 import json
 import random
 import re
+import secrets
 import time
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
@@ -379,6 +380,9 @@ class Gateway:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     counters: RunCounters = field(default_factory=RunCounters)
     on_store: Any = None  # callable(key, CachedResponse, model_public) that persists a response
+    verdict_key: bytes = field(default_factory=lambda: secrets.token_bytes(16), repr=False)
+    """What judges' verdict markers are derived from (`biaslab.agents.verdicts`): the run's key
+    (`biaslab.traces.verdict_key`); a gateway made without one gets a random key of its own."""
 
     def __post_init__(self):
         self._models: dict[ModelSpec, Any] = {}

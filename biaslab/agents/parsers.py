@@ -1,9 +1,8 @@
 """Output parsers: raw model text → value, or `ParseError` with a reason worth recording.
 
 Each parser pairs with an `OutputConstraint` so local models can be held to the format by
-constrained decoding, while hosted models are parsed robustly. A judge's answer is parsed from
-outside every copy of the text it judges (`parse_outside_judged`), so a judged reply that ends
-in a look-alike verdict, quoted by the judge, is never read as the judge's own.
+constrained decoding, while hosted models are parsed robustly. A judge's parser runs only on
+its verdict channel (`biaslab.agents.verdicts`), never on text a judged reply could reach.
 """
 
 from __future__ import annotations
@@ -14,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 __all__ = ["ParseError", "NoVerdict", "OutputConstraint", "Parser", "probability_list",
-           "json_object", "probability_list_grammar", "label_with_reason", "quoted_blocks",
-           "outside_judged", "parse_outside_judged"]
+           "json_object", "probability_list_grammar", "label_with_reason", "quoted_blocks"]
 
 
 class ParseError(ValueError):
@@ -24,8 +22,8 @@ class ParseError(ValueError):
 
 class NoVerdict(ParseError):
     """The text holds no answer of the expected kind at all (no JSON object with the needed
-    keys, no ``FINAL:`` marker, no label word), as opposed to one that is malformed or invalid.
-    `parse_outside_judged` tells the two apart."""
+    keys, no ``FINAL:`` marker, no label word), as opposed to one that is malformed or
+    invalid."""
 
 
 @dataclass(frozen=True)
@@ -129,94 +127,14 @@ def label_with_reason(labels: Sequence[str]) -> tuple[Parser, OutputConstraint]:
     return json_object(["label", "justification"], check), OutputConstraint(json_schema=schema)
 
 
-# -- verdicts outside the judged text ------------------------------------------------------------
+# -- the judged texts in a judge's prompt ------------------------------------------------------
 # Judge templates quote each judged text between tags named ``quoted-<what>``
-# (``<quoted-reply>`` ... ``</quoted-reply>``); a judge that echoes such a block is quoting.
+# (``<quoted-reply>`` ... ``</quoted-reply>``), its value escaped so it cannot close the block
+# (`biaslab.prompts.registry.escape_quoted`).
 _QUOTED_BLOCK = re.compile(r"<(quoted-[\w-]+)>(.*?)</\1\s*>", re.S | re.I)
-_MIN_SPAN = 6
-"""Shorter judged lines (and bare single words such as FAIR) are never blanked: they are too
-likely to occur in the judge's own answer by chance."""
 
 
 def quoted_blocks(text: str) -> list[tuple[str, str]]:
-    """The ``(tag, content)`` of every ``<quoted-...>`` block in a text, in order."""
+    """The ``(tag, content)`` of every ``<quoted-...>`` block in a text, in order: what a
+    scripted judge reads of its prompt, the whole judged text as the prompt shows it."""
     return [(m.group(1), m.group(2)) for m in _QUOTED_BLOCK.finditer(text)]
-
-
-def _substantial(span: str) -> bool:
-    span = span.strip()
-    return len(span) >= _MIN_SPAN and not re.fullmatch(r"\w+", span)
-
-
-def _verbatim(span: str) -> re.Pattern:
-    """`span` as written, any run of whitespace matching any other, not inside a word."""
-    tokens = span.split()
-    body = r"\s+".join(map(re.escape, tokens))
-    head = r"(?<!\w)" if re.match(r"\w", tokens[0]) else ""
-    tail = r"(?!\w)" if re.search(r"\w$", tokens[-1]) else ""
-    return re.compile(head + body + tail)
-
-
-def _blank(text: str, pattern: re.Pattern, limit: int | None, removed: list[str]) -> str:
-    """`text` with the first `limit` matches of `pattern` (all when None) replaced by a space;
-    each removed piece is appended to `removed`."""
-    if limit is not None and limit <= 0:
-        return text
-
-    def cut(match: re.Match) -> str:
-        removed.append(match.group(0))
-        return " "
-
-    return pattern.sub(cut, text, count=limit or 0)
-
-
-def outside_judged(text: str, judged: Sequence[str], *, limited: bool = False) -> str:
-    """The judge's own words: `text` with every span of judged text blanked out.
-
-    Blanked, in order: (1) verbatim copies of a whole judged text; (2) any ``<quoted-...>``
-    block, the delimiters judge templates put around judged text; (3) verbatim copies of each
-    line of a judged text, wherever they stand (a quote line by line, inline, after ``> ``).
-    Verbatim allows re-wrapped whitespace; texts and lines shorter than 6 characters, or a bare
-    single word, are left alone.
-
-    Args:
-        text: the judge's raw answer.
-        judged: the texts under judgement, as the judge's prompt showed them.
-        limited: blank each whole text and each line at most as many times as it occurs in
-            `judged`, not every time (see `parse_outside_judged`).
-    """
-    judged = [j for j in judged if j]
-    if not judged:
-        return text
-    removed: list[str] = []
-    wholes = [j.strip() for j in judged if _substantial(j)]
-    for whole in sorted(set(wholes), key=len, reverse=True):
-        text = _blank(text, _verbatim(whole), wholes.count(whole) if limited else None, removed)
-    text = _blank(text, _QUOTED_BLOCK, None, removed)
-    lines = [ln.strip() for j in judged for ln in j.splitlines() if _substantial(ln)]
-    for line in sorted(set(lines), key=len, reverse=True):
-        pattern = _verbatim(line)
-        # a copy already removed with a whole quote used up one of the line's occurrences
-        budget = lines.count(line) - sum(len(pattern.findall(r)) for r in removed)
-        text = _blank(text, pattern, budget if limited else None, [])
-    return text
-
-
-def parse_outside_judged(parser: Parser, text: str, judged: Sequence[str]) -> Any:
-    """Parse the judge's verdict from outside any span of the judged text, never a look-alike
-    inside it (a judged reply that ends in a forged verdict, quoted by the judge).
-
-    Every copy of the judged text is blanked first (`outside_judged`), so the parser's last
-    verdict is the judge's own. One case needs a second look: a judge's verdict that is,
-    word for word, a line of the judged text (the reply forged exactly the verdict the judge
-    gives). If nothing is left but such copies (`NoVerdict`), each judged line is blanked only
-    as often as the judged text holds it, so a judge that quotes the line and then gives the
-    same verdict keeps one copy: the same text, so the same verdict. A judge whose only verdict
-    equals a forged line and that does not quote it is unscored, never read from the quote.
-    """
-    if not judged:
-        return parser(text)
-    try:
-        return parser(outside_judged(text, judged))
-    except NoVerdict:
-        return parser(outside_judged(text, judged, limited=True))

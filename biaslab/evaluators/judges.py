@@ -63,12 +63,13 @@ async def judge(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt
                 model: ModelSpec | None = None, judged: Sequence[str] = ()) -> Verdict:
     """One LLM verdict: ``{"label": one of labels, "justification": ...}``.
 
-    `judged` are the texts under judgement (e.g. the answer a slot carries): the verdict is
-    read from outside every copy of them in the judge's answer, never from a look-alike
-    verdict inside them (see `biaslab.agents.ask`)."""
+    `judged` are the texts under judgement (e.g. the answer a slot carries). Whatever they
+    are, the verdict is read only from the judge's verdict channel, never from a look-alike
+    verdict inside them (`biaslab.agents.verdicts`)."""
     parser, constraint = label_with_reason(labels)
     answer = await ask(ctx, node, slots, prompt=prompt, parser=parser, constraint=constraint,
-                       item=item, sample=sample, model=model, max_tokens=160, judged=judged)
+                       item=item, sample=sample, model=model, max_tokens=160, judged=judged,
+                       verdict=True)
     name = (model or ctx.bindings.model_for(node)).label
     answer.raise_for_error(f"judge '{node}' ({name})")  # a failed call fails the cell
     if not answer.ok:
@@ -103,7 +104,7 @@ def judge_node(name: str, *, prompt: str, labels: Sequence[str],
     """A graph node that runs a judge ensemble and writes its `EnsembleVerdict` as a dict.
 
     `judged` maps the state to the texts under judgement (default: every slot value the
-    judge sees), whose look-alike verdicts never count as the judge's."""
+    judge sees); the verdict is read from the judge's verdict channel only."""
 
     async def node(state: Mapping, runtime) -> dict:
         offered = slots(state)

@@ -30,6 +30,7 @@ from biaslab.traces.cache import shared_cache_path
 from biaslab.traces.records import CallRecord
 from biaslab.traces.shared_cache import open_shared_cache
 from biaslab.traces.store import STORE_FILE, RunStore
+from biaslab.traces.verdict_key import run_verdict_key, verdict_key_path
 
 __all__ = ["judge_traces", "TraceJudgement", "default_slots"]
 
@@ -155,7 +156,8 @@ def judge_traces(run_dir: str | Path, *, node: str, prompt: str, judges: Sequenc
                        source_fingerprint=source.meta().get("fingerprint"))
     shared = shared_cache_path()
     caches = [store.cache] + ([open_shared_cache(shared)] if shared else [])
-    gateway = Gateway(caches=caches, concurrency=concurrency, on_store=store.put_cache)
+    gateway = Gateway(caches=caches, concurrency=concurrency, on_store=store.put_cache,
+                      verdict_key=run_verdict_key(store, [source], verdict_key_path()))
 
     builder = StateGraph(_EvalState, context_schema=CellContext)
     builder.add_node(name, judge_node(name, prompt=prompt, labels=labels, judges=models,

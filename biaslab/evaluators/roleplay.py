@@ -55,8 +55,8 @@ def parse_judge_label(text: str) -> str:
     """``biased`` or ``fair`` from a judge's verdict (BIASED / FAIR, any case; a negation such
     as "not biased" flips the word, since hosted judges are not held to a grammar).
 
-    A judged answer quoted in the verdict is blanked before this runs (`biaslab.agents.ask`),
-    so a verdict written inside the answer never counts.
+    It reads only the judge's verdict channel (`biaslab.agents.verdicts`): a word of the
+    judged answer, quoted by the judge, never reaches it.
 
     Raises:
         NoVerdict: neither word.

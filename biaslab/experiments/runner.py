@@ -34,6 +34,7 @@ from biaslab.graphs.lanes import Lane, Lanes, pack, packing_obstacle, run_packed
 from biaslab.graphs.registry import protocol_origin, step_budget
 from biaslab.traces.cache import CallCache, shared_cache_path
 from biaslab.traces.shared_cache import open_shared_cache
+from biaslab.traces.verdict_key import run_verdict_key, verdict_key_path
 from biaslab.traces.records import SCHEMA_VERSION
 from biaslab.traces.store import STORE_FILE, RunStore
 
@@ -612,7 +613,11 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
     caches: list[CallCache] = [store.cache]
     if shared_cache is not None:
         caches.append(shared_cache)
+    # The judges' verdict markers: this run's key, else its source's (a shard, a replay), else
+    # the user's (biaslab.traces.verdict_key).
+    verdict_key = run_verdict_key(store, replay_from, verdict_key_path())
     gateway = Gateway(caches=caches, replay=[s.cache for s in replay_from], mode=mode,
+                      verdict_key=verdict_key,
                       concurrency=concurrency or plan.spec.run.concurrency,
                       retry=RetryPolicy(max_attempts=plan.spec.run.max_attempts,
                                         base_s=plan.spec.run.retry_base_s),

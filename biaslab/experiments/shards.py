@@ -33,6 +33,7 @@ from biaslab.experiments.plan import Cell, Plan
 from biaslab.experiments.runner import (RunResult, _lock_run_dir, open_store, prepare_store,
                                         run_plan, write_resolved_spec)
 from biaslab.traces.store import STORE_FILE, RunStore
+from biaslab.traces.verdict_key import run_verdict_key, verdict_key_path
 
 __all__ = ["parse_shard", "in_shard", "merge_runs", "missing_shards", "run_sharded", "run_shard", "mark_shard",
            "MergeResult", "SHARDS_DIR"]
@@ -324,6 +325,8 @@ def run_sharded(plan: Plan, run_dir: str | Path, *, workers: int, executor: str 
         store = open_store(run_dir, check_rows=not resume)  # a resume repairs damaged cells
         try:
             prepare_store(store, plan, run_dir, resume=resume)
+            # fixed before any shard starts: each shard takes it from this store
+            run_verdict_key(store, (), verdict_key_path())
             done_before = store.counts()["cells_done"] if resume else 0
         finally:
             store.close()

@@ -203,8 +203,8 @@ def route_after_ml(state: AmplificationState) -> Literal["judge", "finalize"]:
 
 def parse_final(text: str) -> float:
     """``FINAL: p`` with p in [0, 1] and outside the undecided band [0.4, 0.6]; the last marker
-    counts (a judge's own answer comes last; copies of the judged summary are blanked before
-    this parser runs, see `biaslab.agents.ask`)."""
+    counts. It reads only the judge's verdict channel (`biaslab.agents.verdicts`), never the
+    judged summary."""
     found = re.findall(r"FINAL\s*:?\s*([01](?:\.\d+)?|\.\d+)(?!\.?\d)", text, flags=re.I)
     if not found:
         raise NoVerdict("no 'FINAL: p' found")

@@ -52,10 +52,11 @@ def llm_node(name: str, *, prompt: str,
         item: state → sub-call label (e.g. the turn number in a loop), so repeated visits
             are distinct calls.
         judged: for a judge, critic or validator: the slot names holding the texts it judges
-            (``("draft",)``), or a function state → those texts. Its answer is then parsed
-            from outside every copy of them, so a judged text ending in a look-alike answer
-            (``{"choice": ...}``), quoted by the judge, is never read as the judge's own.
-            Quote them between ``<quoted-...>`` tags in the template.
+            (``("draft",)``), or a function state → those texts. Its answer is then read
+            only from its verdict channel (`biaslab.agents.verdicts`), so nothing a judged
+            text says (a look-alike ``{"choice": ...}``, however the judge quotes it) is read
+            as the judge's own. Quote them between ``<quoted-...>`` tags in the template:
+            their values are then escaped (`biaslab.prompts.registry.escape_quoted`).
     """
     if callable(slots):
         if offers is None:
@@ -78,7 +79,7 @@ def llm_node(name: str, *, prompt: str,
         answer = await ask(runtime.context, name, values, prompt=prompt,
                            parser=parser, constraint=constraint, reasks=reasks,
                            max_tokens=max_tokens, item=item(state) if item else "",
-                           judged=judged_texts(state, values))
+                           judged=judged_texts(state, values), verdict=bool(judged))
         # A call that failed for good fails the cell (status error, resumable), as in every
         # built-in protocol; an unparsable answer is a recorded parse failure (value None).
         answer.raise_for_error(f"node '{name}'")

@@ -9,6 +9,12 @@ text. Its id is its path below a prompt root
 without the suffix: ``amplification/prediction.toml`` is ``amplification/prediction`` (variant
 ``default``) and ``amplification/prediction.terse.toml`` is ``amplification/prediction@terse``.
 
+A slot that carries a text under judgement is *quoted*: every slot written inside a
+``<quoted-...>`` block of the template, and any slot the file lists under ``quoted``. Its value
+is escaped when rendered (`escape_quoted`), so a judged text can neither close the block it
+stands in nor open another one, nor write a verdict marker: the stored prompt shows the
+escaped text, exactly what the model read.
+
 Users swap a node's prompt by id, by a file path, or by an overrides directory with the same
 layout, which shadows the packaged files. Slot mistakes fail at load time, naming the template
 and the slot, so a typo never reaches a model.
@@ -17,6 +23,7 @@ and the slot, so a typo never reaches a model.
 from __future__ import annotations
 
 import hashlib
+import re
 import string
 import tomllib
 from dataclasses import dataclass
@@ -26,10 +33,29 @@ from typing import Iterable, Mapping, Sequence
 
 from biaslab.errors import UserError
 
-__all__ = ["PromptTemplate", "PromptRegistry", "PACKAGE_PROMPTS", "Message"]
+__all__ = ["PromptTemplate", "PromptRegistry", "PACKAGE_PROMPTS", "Message", "escape_quoted"]
 
 PACKAGE_PROMPTS = Path(__file__).parent
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": str}
+
+_TAG_OPENER = re.compile(r"[<\uFF1C\uFE64\u2039\u276C\u276E\u27E8\u3008\u2329](?=\s*/|[^\W\d])")
+"""A ``<`` (or a look-alike: fullwidth, small, angle brackets and quotation marks) that starts
+a tag-like token: ``<quoted-reply>``, ``</quoted-reply>``, ``<verdict-...>``, ``＜/quoted…``."""
+_BLOCK = re.compile(r"<(quoted-[\w-]+)>(.*?)</\1\s*>", re.S | re.I)
+
+
+def escape_quoted(text: str) -> str:
+    """A judged text made safe to stand inside a ``<quoted-...>`` block: every character that
+    could open a tag (``<`` and its look-alikes, when a name or ``/`` follows) is written
+    ``&lt;``, so no reply can close its block, open another, or write a verdict marker. The
+    text is otherwise unchanged: ``a < b`` and ``3<4`` stay as they are."""
+    return _TAG_OPENER.sub("&lt;", text)
+
+
+def _slots_in_blocks(*texts: str) -> set[str]:
+    """The slots written inside a ``<quoted-...>`` block of the template's texts."""
+    return {slot for text in texts for match in _BLOCK.finditer(text)
+            for slot in _used_slots(match.group(2), "quoted block")}
 
 
 @dataclass(frozen=True)
@@ -57,6 +83,8 @@ class PromptTemplate:
     conversation: str = ""
     """The slot whose value (earlier turns as user/assistant messages) is sent as native chat
     turns after the system message and before the user message; "" for none."""
+    quoted: tuple[str, ...] = ()
+    """The slots whose values are judged texts, escaped when rendered (`escape_quoted`)."""
     position: str = ""
     """For mitigation templates: where their text goes unless the spec says otherwise (e.g.
     ``after-answer`` for a self-check, asked after the node's answer); "" for the default."""
@@ -97,7 +125,8 @@ class PromptTemplate:
         if missing:
             raise UserError(f"prompt {self.ref}: no value for slot '{missing[0]}' "
                             f"(the node provides {sorted(values)})")
-        filled = {s: str(values[s]) for s in self.slots if s != self.conversation}
+        filled = {s: escape_quoted(str(values[s])) if s in self.quoted else str(values[s])
+                  for s in self.slots if s != self.conversation}
         system, user = self._templates
         messages: list[Message] = []
         if system is not None:
@@ -148,11 +177,11 @@ def load_template(path: Path, template_id: str, variant: str) -> PromptTemplate:
     except RecursionError:
         raise UserError(f"prompt {where}: nested too deeply to be a prompt template") from None
     unknown_keys = set(data) - {"slots", "system", "user", "description", "labels",
-                                "conversation", "position"}
+                                "conversation", "position", "quoted"}
     if unknown_keys:
         raise UserError(f"prompt {where}: unknown key '{sorted(unknown_keys)[0]}' "
                         "(allowed: slots, system, user, description, labels, conversation, "
-                        "position)")
+                        "position, quoted)")
     if not isinstance(data.get("position", ""), str):
         raise UserError(f"prompt {where}: 'position' must be a string such as 'after-answer'")
     labels = data.get("labels", [])
@@ -178,10 +207,16 @@ def load_template(path: Path, template_id: str, variant: str) -> PromptTemplate:
         raise UserError(f"prompt {where}: uses slot '${slot}' that is not declared in 'slots'")
     for slot in sorted(set(slots) - used):
         raise UserError(f"prompt {where}: declares slot '{slot}' but never uses it")
+    quoted = data.get("quoted", [])
+    if not isinstance(quoted, list) or not all(isinstance(q, str) and q in slots and
+                                               q != conversation for q in quoted):
+        raise UserError(f"prompt {where}: 'quoted' must list some of its text slots {slots}")
+    quoted = sorted(set(quoted) | _slots_in_blocks(system, data["user"]))
     return PromptTemplate(id=template_id, variant=variant, slots=tuple(slots), system=system,
                           user=data["user"], source=str(path),
                           description=data.get("description", ""), labels=tuple(labels),
-                          conversation=conversation, position=data.get("position", ""))
+                          conversation=conversation, position=data.get("position", ""),
+                          quoted=tuple(quoted))
 
 
 def _parse_ref(ref: str) -> tuple[str, str]:

@@ -125,7 +125,8 @@ class ViewerApp:
         q = self.q
         check_lengths(params)
         if route == "meta":
-            return {"run_dir": str(self.run_dir.resolve()), "meta": q.meta(),
+            meta = {k: v for k, v in q.meta().items() if k != "verdict_key"}  # not for show
+            return {"run_dir": str(self.run_dir.resolve()), "meta": meta,
                     "facets": q.facets(), "has_dialogues": q.has_dialogues(),
                     "has_report": (self.run_dir / REPORT_FILE).is_file()}
         if route == "cells":

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import tomli_w
 
+from biaslab.agents.verdicts import answer_in_marker
 from biaslab.cli import main
 from biaslab.traces.store import RunStore
 from support_http import FakeOpenAI, loopback_only
@@ -62,7 +63,8 @@ def review_example(tmp_path: Path, base_url: str) -> Path:
 
 def decision_answer(messages) -> str:
     text = messages[-1]["content"]
-    return '{"choice": "either"}' if "choice" in text else "Both applicants look equally able."
+    answer = '{"choice": "either"}' if "choice" in text else "Both applicants look equally able."
+    return answer_in_marker(text, answer)  # a judge's, between the markers it is asked for
 
 
 def test_a_composed_protocol_fails_its_cells_when_the_endpoint_refuses(tmp_path, capsys):
@@ -142,7 +144,8 @@ def test_a_rescore_with_an_unreachable_judge_fails_keeps_what_was_judged_and_res
     judge = ["replay", out, "--mode", "rescore", "--judge-node", "explanation",
              "--judges", "ollama:llama3.1"]
     with FakeOpenAI() as server:
-        server.responder = lambda m: '{"label": "neutral", "justification": "plain"}'
+        server.responder = lambda m: answer_in_marker(  # a judge that follows its prompt
+            m[-1]["content"], '{"label": "neutral", "justification": "plain"}')
         monkeypatch.setenv("OLLAMA_BASE_URL", server.base_url)
         server.down = True
         code, stdout, err = cli(capsys, *judge)

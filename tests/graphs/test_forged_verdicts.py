@@ -1,26 +1,35 @@
-"""A target cannot forge its judge's verdict (issue 16, section 2).
+"""No text a target writes is ever read as, or cancels, its judge's verdict (issues 16 and 28).
 
-Per protocol, through the ``biaslab run`` CLI: a target that ends every judged text in a
-look-alike verdict in each judge format (JSON, BIASED/FAIR keyword, ``FINAL:``), judged by a
-judge that quotes what it judged (once before its verdict, once after it), must give exactly
-the tables of the plain synthetic target. The forging and quoting models are in
-``support_forging``; a control run with the blanking switched off shows the forgeries would
-have flipped verdicts, so the equality is not vacuous.
+The adversarial matrix, per protocol with a judge (roleplay's three Why judges and bias-type
+classifier, multiturn's judge, guardrail and coherence rater, augmentation's validators and
+judge, amplification's judge), through the ``biaslab run`` CLI: a target whose every judged
+text carries every forger of ``support_forging.FORGERS`` (look-alike verdicts inline and on
+their own lines, bare ``FAIR``/``BIASED`` lines, a closed quoting tag, a guessed verdict marker,
+a plain-words note, look-alike Unicode characters), judged by honest judges that quote what
+they judged in each of ``support_forging.STYLES`` (verdict only, quote before, quote after, only
+the tail, Markdown ``> `` lines, restating the forgery), must give exactly the tables of the
+plain synthetic target, with no judge call unparsed. Forgers and styles are grouped into one
+run per protocol: every judged text carries all forgers, and the judges take the styles in
+turn (the test checks every style occurred).
+
+The control parses each judge's whole answer instead of its verdict channel: the same forged
+run then gives other tables, so the equality is not vacuous.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from biaslab.agents.parsers import quoted_blocks
+from biaslab.agents.verdicts import requested_marker
 from biaslab.cli import main
+from biaslab.prompts.registry import escape_quoted
 from biaslab.traces.store import RunStore
-from support_forging import FORGED, SUFFIX
+from support_forging import FORGERS, STYLES, SUFFIXES, style_in, without_forgeries
 
 RUN = """
 [run]
@@ -31,7 +40,7 @@ retry_base_s = 0.0
 SPECS = {
     "multiturn-reemerge": RUN + """
 [options]
-categories = ["age", "gender"]
+categories = ["gender"]
 seeds_per_category = 2
 framings = ["assessment"]
 turn_caps = [5]
@@ -50,10 +59,10 @@ chunk_size = 3
 targets = []
 template = "roleplay/exposure"
 """,
-    "amplification-synthetic": RUN + """
+    "amplification-contrary": RUN + """
 [options]
 datasets = ["math"]
-max_test = 20
+max_test = 12
 n_resamples = 200
 [conditions]
 targets = []
@@ -61,7 +70,7 @@ targets = []
     "augmentation-synthetic": RUN + """
 [options]
 categories = ["religion"]
-max_per_category = 4
+max_per_category = 2
 n_variants = 2
 n_resamples = 200
 [conditions]
@@ -70,7 +79,7 @@ template = "augmentation/exposure"
 """,
 }
 PROTOCOL = {"multiturn-reemerge": "multiturn", "roleplay-synthetic": "roleplay",
-            "amplification-synthetic": "amplification",
+            "amplification-contrary": "amplification",
             "augmentation-synthetic": "augmentation"}
 VOLATILE = ("input_tokens", "output_tokens", "latency_s", "tokens")
 """Columns that count the text's length, which the forged suffix legitimately changes."""
@@ -85,16 +94,6 @@ def _run(tmp: Path, agent: str, model: str) -> Path:
     return out
 
 
-def _without_forgeries(value, model: str, plain: str):
-    """A forged run's cell as the plain run would write it: the target's texts keep the
-    suffix it wrote (in the raw, CSV or JSON-escaped form), and the model has another name."""
-    if not isinstance(value, str):
-        return value
-    for form in (SUFFIX, json.dumps(SUFFIX)[1:-1]):
-        value = value.replace(form, "")
-    return value.replace(model, plain)
-
-
 def _tables(run: Path, model: str | None = None, plain: str | None = None
             ) -> dict[str, pd.DataFrame]:
     out = {}
@@ -103,10 +102,23 @@ def _tables(run: Path, model: str | None = None, plain: str | None = None
             else pd.DataFrame()
         frame = frame.drop(columns=[c for c in frame.columns if c in VOLATILE])
         if model:
-            frame = frame.map(lambda v: _without_forgeries(v, model, plain))
-            frame = frame.rename(columns=lambda c: _without_forgeries(c, model, plain))
+            frame = frame.map(lambda v: without_forgeries(v, model, plain))
+            frame = frame.rename(columns=lambda c: without_forgeries(c, model, plain))
         out[path.name] = frame
     return out
+
+
+def _judge_calls(run: Path) -> pd.DataFrame:
+    """Every call whose prompt asked for verdict markers (a judge, validator or oracle)."""
+    store = RunStore(run, readonly=True)
+    try:
+        calls = store.calls()
+    finally:
+        store.close()
+    prompt = calls["messages"].map(lambda ms: "\n".join(m["content"] for m in ms
+                                                        if m["role"] == "user"))
+    calls = calls.assign(prompt=prompt)
+    return calls[prompt.map(lambda p: requested_marker(p) is not None)]
 
 
 @pytest.fixture(scope="module")
@@ -118,27 +130,25 @@ def plain_runs(tmp_path_factory):
         return {agent: _run(tmp, agent, agent) for agent in SPECS}
 
 
-def _forged_judge_answers(run: Path) -> pd.Series:
-    """The raw answers of every judge call whose prompt showed a forged text."""
-    store = RunStore(run, readonly=True)
-    try:
-        calls = store.calls()
-    finally:
-        store.close()
-    shown = calls["messages"].map(lambda ms: any(FORGED in text for _, text in
-                                                 quoted_blocks(ms[-1]["content"])))
-    return calls.loc[shown & calls["raw"].notna(), "raw"]
-
-
-@pytest.mark.parametrize("quote", ["before", "after"])
 @pytest.mark.parametrize("agent", list(SPECS))
-def test_forged_verdicts_change_no_table(tmp_path, plain_runs, agent, quote):
-    model = f"forged-{quote}-{agent}"
+def test_forged_verdicts_change_no_table(tmp_path, plain_runs, agent):
+    model = f"forged-{agent}"
     forged = _run(tmp_path, agent, model)
-    # the judges did see the forgeries and quoted them, so every one reached their answers
-    answers = _forged_judge_answers(forged)
-    assert len(answers) > 0
-    assert answers.map(lambda raw: all(line in raw for line in FORGED.splitlines())).all()
+    judges = _judge_calls(forged)
+    escaped = [escape_quoted(suffix.strip()) for suffix in SUFFIXES]
+    shown = judges[judges["prompt"].map(lambda p: any(e in p for e in escaped))]
+    # the judges saw every forgery whole, escaped inside its quoting block (no tag closed it)
+    assert len(shown) > 0
+    assert shown["prompt"].map(lambda p: any(e in body for _, body in quoted_blocks(p)
+                                             for e in escaped)).all()
+    # ... answered in every quoting style, and the quoting ones did write forgeries out
+    assert set(shown["raw"].map(style_in)) == set(STYLES)
+    quoting = shown[shown["raw"].map(style_in) != "verdict_only"]
+    assert quoting["raw"].map(lambda raw: "FAIR" in raw.replace(FORGERS["bare_words"], "X")
+                              or '"label": "no"' in raw or "FINAL: 0.05" in raw).all()
+    # ... and every judge call was read, none left unparsed
+    assert judges["parse_error"].isna().all(), judges["parse_error"].dropna().head(3).tolist()
+    assert _judge_calls(plain_runs[agent])["parse_error"].isna().all()
     plain_tables = _tables(plain_runs[agent])
     forged_tables = _tables(forged, model, agent)
     assert set(forged_tables) == set(plain_tables) and plain_tables
@@ -147,15 +157,15 @@ def test_forged_verdicts_change_no_table(tmp_path, plain_runs, agent, quote):
 
 
 @pytest.mark.parametrize("agent", list(SPECS))
-def test_without_blanking_the_forgeries_would_change_the_tables(tmp_path, plain_runs, agent,
-                                                                 monkeypatch):
-    """The control: the same forged run, parsed the old way (the whole answer, judged text
-    included), does not reproduce the plain tables."""
-    monkeypatch.setattr(importlib.import_module("biaslab.agents.ask"), "parse_outside_judged",
-                        lambda parser, text, judged: parser(text))
-    model = f"forged-after-{agent}"
+def test_without_the_verdict_channel_the_forgeries_would_change_the_tables(
+        tmp_path, plain_runs, agent, monkeypatch):
+    """The control: the same forged run, each judge's whole answer parsed (its quotes of the
+    forged text included), does not reproduce the plain tables."""
+    monkeypatch.setattr(importlib.import_module("biaslab.agents.ask"), "parse_marked",
+                        lambda parser, text, marker: parser(text))
+    model = f"forged-{agent}"
     forged = _tables(_run(tmp_path, agent, model), model, agent)
     plain = _tables(plain_runs[agent])
     differ = [name for name in set(plain) | set(forged)
               if name not in plain or name not in forged or not forged[name].equals(plain[name])]
-    assert differ, f"{agent}: the forgeries changed nothing even unblanked"
+    assert differ, f"{agent}: the forgeries changed nothing even read from the whole answer"

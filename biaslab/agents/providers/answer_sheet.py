@@ -82,7 +82,8 @@ def answer_sheet_model(path: str) -> ScriptedChatModel:
         raw = answers[key]
         return WITHHELD if raw is None else raw
 
-    return ScriptedChatModel(name_=f"{ANSWER_SHEET}@{file.name}", rules=[], default=respond)
+    return ScriptedChatModel(name_=f"{ANSWER_SHEET}@{file.name}", rules=[], default=respond,
+                             answers_in_markers=False)  # recorded answers hold theirs
 
 
 def is_answer_sheet(provider: str, model: str) -> bool:

@@ -4,6 +4,11 @@ It answers by rules over the rendered prompt (regex → text, or a callable), so
 an agent with a known bias: e.g. lower a probability only when the exposure text is present.
 Faults (timeouts, 429/500/400 errors, malformed text) can be injected for the first n matching
 calls, to exercise retries and parse-failure recording.
+
+Like a model that follows its instructions, a scripted model answers a judge's prompt, which
+asks for the answer between verdict markers (`biaslab.agents.verdicts`), with its rule's text
+between those markers, unless the text already holds them (a rule that writes more than its
+verdict, e.g. a judge that quotes what it judged, places them itself).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
 
 from biaslab.agents.tool_answers import Reply, ToolCall, encode_answer
+from biaslab.agents.verdicts import answer_in_marker
 from biaslab.errors import ModelCallError, UserError
 
 __all__ = ["ScriptedChatModel", "Rule", "Fault", "ScriptedRequest", "register_scripted",
@@ -101,6 +107,9 @@ class ScriptedChatModel(BaseChatModel):
     latency_s: float = 0.0
     faults: list[Any] = []
     name_: str = "scripted"
+    answers_in_markers: bool = True
+    """Whether a judge's answer is put between the markers its prompt asks for (module
+    docstring); an answer sheet, whose recorded answers hold them already, says False."""
     _count: int = PrivateAttr(default=0)
 
     @property
@@ -134,6 +143,8 @@ class ScriptedChatModel(BaseChatModel):
                                  retry_after=fault.retry_after, transient=status == 429 or status >= 500)
         if text is None:
             text = self._respond(request)
+            if self.answers_in_markers and not isinstance(text, Reply):
+                text = answer_in_marker(request.user, text)
         if isinstance(text, Reply):  # tool calls, kept as one text (agents.tool_answers)
             text = encode_answer(text.content, text.tool_calls)
         usage = {"input_tokens": max(1, len(request.text) // 4),
