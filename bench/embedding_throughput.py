@@ -116,8 +116,8 @@ def main(argv=None) -> int:
             rows.append(measure(args.texts, way, tmp / f"{way}-{r}.npy"))
     import numpy as np
 
-    same = all(np.array_equal(np.load(tmp / f"in-process-{r}.npy"), np.load(tmp / f"spread-{r}.npy"))
-               for r in range(args.repeats))
+    same = all(np.array_equal(np.load(tmp / f"in-process-{r}.npy"),
+                              np.load(tmp / f"spread-{r}.npy")) for r in range(args.repeats))
     print(f"{args.texts} distinct texts, {len(os.sched_getaffinity(0))} usable cores, "
           f"{sys.version.split()[0]}")
     for row in rows:
