@@ -76,11 +76,12 @@ def test_roleplay_sends_no_temperature_and_distinct_seeds_for_repeats_and_judges
     assert repeats
     for bodies in repeats:
         assert len({b["seed"] for b in bodies}) == len(bodies)
-    # Each Why answer is judged by 3 judges on one model: 3 requests with 3 seeds each time.
+    # Each Why answer is judged by 3 judges on one model, as its own sample even where two
+    # answers are word for word the same: 3 requests per answer, every one with its own seed.
     judged = [bodies for text, bodies in by_prompt(requests, "roleplay/why_judge").items()]
     assert judged
     for bodies in judged:
-        assert len(bodies) == 3 and len({b["seed"] for b in bodies}) == 3
+        assert len(bodies) % 3 == 0 and len({b["seed"] for b in bodies}) == len(bodies)
 
 
 def test_a_temperature_the_spec_sets_is_sent(tmp_path, capsys):

@@ -228,12 +228,13 @@ def test_roleplay_probe_flips_only_the_biased_judge(tmp_path):
     for honest in ("why_judge_2", "why_judge_3"):
         row = table.loc[(honest, "all")]
         assert (row["n_verdicts"], row["n_flipped"], row["mcnemar_p"]) == (18, 0, 1)
-    # only judge calls whose input had a term to swap paid, once per distinct input: the
-    # synthetic target gave the same text to the 3 samples of each of the 2 questions, so
-    # 2 inputs x 3 judges; every other call came from the source's trace
+    # only judge calls whose input had a term to swap paid, once per answer: each of the 3
+    # samples of each of the 2 questions is judged as its own sample (even where the
+    # synthetic target gave the same text), so 2 questions x 3 answers x 3 judges; every
+    # other call came from the source's trace
     paid = _paid(cf)
     assert set(paid["node"]) == {"why_judge_1", "why_judge_2", "why_judge_3"}
-    assert len(paid) == 6 and (paid["swapped_terms"] == 2).all()
+    assert len(paid) == 18 and (paid["swapped_terms"] == 2).all()
 
 
 @pytest.mark.parametrize("args, message", [

@@ -360,4 +360,5 @@ def test_a_full_cache_in_a_read_only_directory_serves_the_run(tmp_path, capsys, 
     assert f"model calls, {CALLS_PER_RUN} cache hits" in err, err  # pro_female's, from it
     paid = len(server.requests) - CALLS_PER_RUN  # only the new questions were paid
     assert paid > 0 and f"{paid} model calls" in err
-    assert sorted(p.name for p in where.iterdir()) == ["calls.sqlite"]
+    # nothing new there: the cache and the verdict key the first run left beside it
+    assert sorted(p.name for p in where.iterdir()) == ["calls.sqlite", "calls.sqlite.verdict-key"]
