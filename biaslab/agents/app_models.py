@@ -36,7 +36,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from biaslab.agents.ask import call_seed
+from biaslab.agents.ask import call_seed, complete_recorded
 from biaslab.agents.context import CellContext
 from biaslab.agents.tool_answers import decode_answer, openai_tool_calls
 from biaslab.errors import ModelCallError
@@ -180,20 +180,7 @@ async def _complete(calls: AppCalls, model: BaseChatModel, messages: list[BaseMe
                         prompt_id=APP_PROMPT, prompt_source=f"app:{type(model).__name__}",
                         messages=sent, model=ctx.gateway.public(spec), params=params)
     describe = f"app node '{node}' call {sample} in cell {ctx.cell_id}"
-    try:
-        done = await ctx.gateway.complete(spec, sent, params, sample, describe=describe)
-    except ModelCallError as exc:
-        record.error = str(exc)
-        record.attempts = getattr(exc, "attempts", 0)
-        record.attempt_errors = list(getattr(exc, "attempt_errors", ()))
-        record.cache_key = getattr(exc, "cache_key", "")
-        ctx.calls.append(record)
-        raise
-    record.raw = done.raw
-    record.cache_key, record.cache_hit = done.cache_key, done.cache_hit
-    record.input_tokens, record.output_tokens = done.input_tokens, done.output_tokens
-    record.latency_s, record.attempts = done.latency_s, done.attempts
-    record.attempt_errors = list(done.attempt_errors)
+    done = await complete_recorded(ctx, spec, record, sample, describe)
     content, tool_calls = decode_answer(done.raw)
     record.parsed = {"tool_calls": tool_calls} if tool_calls else None
     ctx.calls.append(record)

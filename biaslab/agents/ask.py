@@ -62,6 +62,31 @@ class Answer:
         return self
 
 
+async def complete_recorded(ctx: CellContext, spec, record: CallRecord, sample: int,
+                            describe: str):
+    """Send `record`'s messages through the cell's gateway and write what came back (answer,
+    cache key, tokens, latency, attempts) into `record`. A call that fails for good is recorded
+    with its error and appended to the cell's calls before the error is raised again, so no
+    failed call leaves a hole in the trace; a successful one is left for the caller to parse
+    and append."""
+    try:
+        done = await ctx.gateway.complete(spec, record.messages, record.params, sample,
+                                          describe=describe)
+    except ModelCallError as exc:
+        record.error = str(exc)
+        record.attempts = getattr(exc, "attempts", 0)
+        record.attempt_errors = list(getattr(exc, "attempt_errors", ()))
+        record.cache_key = getattr(exc, "cache_key", "")
+        ctx.calls.append(record)
+        raise
+    record.raw = done.raw
+    record.cache_key, record.cache_hit = done.cache_key, done.cache_hit
+    record.input_tokens, record.output_tokens = done.input_tokens, done.output_tokens
+    record.latency_s, record.attempts = done.latency_s, done.attempts
+    record.attempt_errors = list(done.attempt_errors)
+    return done
+
+
 async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: str,
               parser: Parser, constraint: OutputConstraint | None = None, item: str = "",
               sample: int = 0, reasks: int = 1, max_tokens: int | None = None,
@@ -151,19 +176,9 @@ async def ask(ctx: CellContext, node: str, slots: Mapping[str, Any], *, prompt: 
         describe = f"node '{node}' item '{item}' sample {sample} attempt {attempt} in cell " \
                    f"{ctx.cell_id} (prompt {template.ref})"
         try:
-            done = await ctx.gateway.complete(spec, messages, params, sample, describe=describe)
+            done = await complete_recorded(ctx, spec, record, sample, describe)
         except ModelCallError as exc:
-            record.error = str(exc)
-            record.attempts = getattr(exc, "attempts", 0)
-            record.attempt_errors = list(getattr(exc, "attempt_errors", ()))
-            record.cache_key = getattr(exc, "cache_key", "")
-            ctx.calls.append(record)
             return Answer(error=str(exc))
-        record.raw = done.raw
-        record.cache_key, record.cache_hit = done.cache_key, done.cache_hit
-        record.input_tokens, record.output_tokens = done.input_tokens, done.output_tokens
-        record.latency_s, record.attempts = done.latency_s, done.attempts
-        record.attempt_errors = list(done.attempt_errors)
         try:
             value = parse_marked(parser, done.raw, marker) if marker else parser(done.raw)
         except ParseError as exc:

@@ -411,6 +411,23 @@ def _bootstrap_draws(diff: np.ndarray, sex: np.ndarray, favored: int,
     return fav + dis
 
 
+def _pooled_draws(draws: list[np.ndarray]) -> np.ndarray:
+    """The seeds' bootstrap draws averaged resample by resample; a resample with an empty
+    group is NaN in its seed and dropped."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        pooled = np.nanmean(np.vstack(draws), axis=0)
+    return pooled[np.isfinite(pooled)]
+
+
+def _spread(pooled: np.ndarray, alpha: float) -> tuple[float, float, float]:
+    """(std, low, high) of pooled draws; NaN for all three with fewer than two draws."""
+    if pooled.size < 2:
+        return np.nan, np.nan, np.nan
+    return (float(np.std(pooled, ddof=1)), float(np.quantile(pooled, alpha)),
+            float(np.quantile(pooled, 1 - alpha)))
+
+
 def pooled_fbs(predictions: pd.DataFrame, *, n_resamples: int = 10_000,
                confidence: float = 0.95, random_state: int = 0) -> pd.DataFrame:
     """FBS pooled over seeds, with a stratified paired bootstrap.
@@ -449,10 +466,7 @@ def pooled_fbs(predictions: pd.DataFrame, *, n_resamples: int = 10_000,
             draws.append(_bootstrap_draws(diff, sex, favored, rng, n_resamples))
         if not estimates:
             continue
-        with warnings.catch_warnings():  # a resample with an empty group is NaN: dropped
-            warnings.simplefilter("ignore", RuntimeWarning)
-            pooled = np.nanmean(np.vstack(draws), axis=0)
-        pooled = pooled[np.isfinite(pooled)]
+        pooled = _pooled_draws(draws)
         row.update(fbs_pooled=float(np.mean(estimates)),
                    fbs_pooled_std=float(np.std(pooled, ddof=1)) if pooled.size > 1 else np.nan,
                    fbs_pooled_ci_low=float(np.quantile(pooled, alpha)) if pooled.size else np.nan,
@@ -712,14 +726,7 @@ def superadditivity_over_seeds(predictions: pd.DataFrame, *, n_resamples: int = 
         est = std = lo = hi = np.nan
         if estimates:
             est = float(np.mean(estimates))
-            with warnings.catch_warnings():  # a resample with an empty group is NaN: dropped
-                warnings.simplefilter("ignore", RuntimeWarning)
-                pooled = np.nanmean(np.vstack(draws), axis=0)
-            pooled = pooled[np.isfinite(pooled)]
-            if pooled.size > 1:
-                std = float(np.std(pooled, ddof=1))
-                lo, hi = (float(np.quantile(pooled, alpha)),
-                          float(np.quantile(pooled, 1 - alpha)))
+            std, lo, hi = _spread(_pooled_draws(draws), alpha)
         rows.append({**_key_dict(AGGREGATE_KEYS, key), "singles": "+".join(cells[0].singles),
                      **_paper_reading(t1_multi, t1_singles),
                      "fbs_singles_sum_table1": t1_sum,
@@ -792,13 +799,7 @@ def arbitration_fbs_drop(predictions: pd.DataFrame, *, reference: str = "E1",
             drop = float(np.mean(ref_fbs) - np.mean(mit_fbs))
             draws = [_bootstrap_draws(d1 - d2, sx, f, rng, n_resamples)
                      for d1, d2, sx, f, _, _ in seeds]
-            with warnings.catch_warnings():  # a resample with an empty group is NaN: dropped
-                warnings.simplefilter("ignore", RuntimeWarning)
-                pooled = np.nanmean(np.vstack(draws), axis=0)
-            pooled = pooled[np.isfinite(pooled)]
-            if pooled.size > 1:
-                std = float(np.std(pooled, ddof=1))
-                lo, hi = float(np.quantile(pooled, alpha)), float(np.quantile(pooled, 1 - alpha))
+            std, lo, hi = _spread(_pooled_draws(draws), alpha)
         fbs_ref = float(np.mean(ref_fbs)) if seeds else np.nan
         rows.append({**dict(zip(["dataset", "target", "direction", "model"], group)),
                      "reference": reference, "mitigated": mitigated,
