@@ -12,11 +12,9 @@ Where a run's key comes from, in order (`run_verdict_key`):
    source's byte for byte and its recorded answers are found;
 3. the user's key file (`verdict_key_path`: ``<BIASLAB_CACHE>.verdict-key`` beside the shared
    response cache, else ``~/.cache/biaslab/verdict-key``; created once, mode 0600, replaced
-   if damaged), whether or not the run uses the shared cache (``--no-cache``): so the same
-   job into a new directory renders the same judge prompts, and is answered from the cache
-   when it has one;
-4. a fresh random key, where that file cannot be written or under ``BIASLAB_CACHE=off``
-   (which keeps nothing outside the run directory).
+   if damaged), whether or not the run uses the shared cache: so the same job into a new
+   directory renders the same judge prompts, and is answered from the cache when it has one;
+4. a fresh random key, only where that file cannot be written.
 
 It is not a credential: knowing it lets one predict markers, which matters only to a model that
 could put them in a judged text, and no model ever sees it.
@@ -46,15 +44,11 @@ def _decode(value: object) -> bytes | None:
     return None
 
 
-def verdict_key_path() -> Path | None:
+def verdict_key_path() -> Path:
     """Where the user's verdict key is kept: beside ``$BIASLAB_CACHE`` when that names a file,
-    else in the user's cache directory. None under ``BIASLAB_CACHE=off``, which keeps nothing
-    outside the run directory: each run then takes a random key of its own (kept in its store,
-    so its resume and replays still reproduce its prompts)."""
+    else in the user's cache directory (also under ``BIASLAB_CACHE=off``)."""
     env = os.environ.get("BIASLAB_CACHE")
-    if env == "off":
-        return None
-    if env:
+    if env and env != "off":
         return Path(f"{env}.verdict-key")
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "biaslab" / \
         "verdict-key"

@@ -67,8 +67,6 @@ def test_the_key_file_is_made_once_private_and_beside_the_cache(tmp_path, monkey
     fresh = cache_verdict_key(path)
     assert fresh is not None and fresh != key and cache_verdict_key(path) == fresh
     monkeypatch.setenv("BIASLAB_CACHE", "off")
-    assert verdict_key_path() is None  # off keeps nothing outside the run: a key per run
-    monkeypatch.delenv("BIASLAB_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert verdict_key_path() == tmp_path / "xdg" / "biaslab" / "verdict-key"
     blocker = tmp_path / "file"
