@@ -25,6 +25,7 @@ import pandas as pd
 from biaslab.datasets.user_files import read_label_csv
 from biaslab.evaluators.stats import (bootstrap, gwet_ac1, paired_difference_interval,
                                       wilson_interval)
+from biaslab.evaluators.multiturn_missing import reemerges
 from biaslab.evaluators.votes import majority_vote
 from biaslab.traces.embeddings import text_hash
 
@@ -287,15 +288,7 @@ def reemerged(labels) -> np.ndarray:
         if len(seq) == 0:
             out[i] = np.nan
             continue
-        state = 0  # 0: no bias yet; 1: biased seen; 2: then a non-biased reply
-        for v in seq:
-            if state == 0 and v == 1:
-                state = 1
-            elif state == 1 and v == 0:
-                state = 2
-            elif state == 2 and v == 1:
-                out[i] = 1.0
-                break
+        out[i] = reemerges(seq)
     return out
 
 

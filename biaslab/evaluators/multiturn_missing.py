@@ -48,7 +48,7 @@ import numpy as np
 
 from biaslab.evaluators.stats import paired_difference_interval
 
-__all__ = ["Range", "Bounded", "ever_range", "first_bias_range", "reemerged_range",
+__all__ = ["Range", "reemerges", "Bounded", "ever_range", "first_bias_range", "reemerged_range",
            "turn_range", "summarize", "paired_bounded"]
 
 
@@ -168,8 +168,10 @@ def first_bias_range(m, cap: int, ran) -> Range:
     return _range(m, windows, first, "high")
 
 
-def _reemerges(seq) -> float:
-    state = 0
+def reemerges(seq) -> float:
+    """1.0 when the labels `seq` (in turn order, none missing) go biased → not biased →
+    biased, else 0.0."""
+    state = 0  # 0: no bias yet; 1: biased seen; 2: then a non-biased reply
     for v in seq:
         if state == 0 and v == 1:
             state = 1
@@ -204,7 +206,7 @@ def reemerged_range(m, ran) -> Range:
     low = np.array([e[0] for e in ext], float)
     high = np.array([e[1] for e in ext], float)
     return _range(m, windows, lambda rows, mask: np.array(
-        [_reemerges(r[k]) for r, k in zip(rows, mask)], float), "low", extremes=(low, high))
+        [reemerges(r[k]) for r, k in zip(rows, mask)], float), "low", extremes=(low, high))
 
 
 def turn_range(m, t: int, ran) -> Range:

@@ -130,21 +130,27 @@ def test_a_damaged_cache_is_moved_aside_and_the_run_goes_on_with_a_fresh_one(
 
 
 # -- read-only --------------------------------------------------------------------------------
-def test_a_read_only_cache_serves_the_run_and_fails_no_cell(tmp_path, capsys, server,
-                                                            isolated_cache, request):
-    assert run(capsys, spec_file(tmp_path, server.base_url), tmp_path / "first")[0] == 0
-    make_read_only(isolated_cache, request)
-    # pro_female's 4 calls are cached; pro_male's 4 are new and can't be stored there
+def second_run_against_a_read_only_cache(capsys, tmp_path, server, cache) -> None:
+    """After a first run filled `cache` and it was made read-only: a run asking pro_female's
+    questions again and pro_male's anew finishes, with one warning naming the cache, gets
+    pro_female's answers from it and pays only for the new questions."""
     both = spec_file(tmp_path, server.base_url, directions=("pro_female", "pro_male"),
                      name="both.toml")
     code, err = run(capsys, both, tmp_path / "second")
     assert code == 0, err
     assert set(statuses(tmp_path / "second")) == {"done"}
     [warning] = warnings(err)
-    assert str(isolated_cache) in warning and "read-only" in warning
-    assert "model calls, 4 cache hits" in err, err
+    assert str(cache) in warning and "read-only" in warning
+    assert f"model calls, {CALLS_PER_RUN} cache hits" in err, err
     paid = len(server.requests) - CALLS_PER_RUN
     assert paid > 0 and f"{paid} model calls" in err
+
+def test_a_read_only_cache_serves_the_run_and_fails_no_cell(tmp_path, capsys, server,
+                                                            isolated_cache, request):
+    assert run(capsys, spec_file(tmp_path, server.base_url), tmp_path / "first")[0] == 0
+    make_read_only(isolated_cache, request)
+    # pro_female's 4 calls are cached; pro_male's 4 are new and can't be stored there
+    second_run_against_a_read_only_cache(capsys, tmp_path, server, isolated_cache)
     assert entries(isolated_cache) == CALLS_PER_RUN
 
 
@@ -350,15 +356,6 @@ def test_a_full_cache_in_a_read_only_directory_serves_the_run(tmp_path, capsys, 
     assert run(capsys, spec_file(tmp_path, server.base_url), tmp_path / "first")[0] == 0
     assert not Path(f"{cache}-shm").exists()  # the last writer to close removes WAL's files
     make_read_only(where, request)
-    both = spec_file(tmp_path, server.base_url, directions=("pro_female", "pro_male"),
-                     name="both.toml")
-    code, err = run(capsys, both, tmp_path / "second")
-    assert code == 0, err
-    assert set(statuses(tmp_path / "second")) == {"done"}
-    [warning] = warnings(err)
-    assert str(cache) in warning and "read-only" in warning
-    assert f"model calls, {CALLS_PER_RUN} cache hits" in err, err  # pro_female's, from it
-    paid = len(server.requests) - CALLS_PER_RUN  # only the new questions were paid
-    assert paid > 0 and f"{paid} model calls" in err
+    second_run_against_a_read_only_cache(capsys, tmp_path, server, cache)
     # nothing new there: the cache and the verdict key the first run left beside it
     assert sorted(p.name for p in where.iterdir()) == ["calls.sqlite", "calls.sqlite.verdict-key"]
