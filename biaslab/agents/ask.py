@@ -6,6 +6,7 @@ every call is traced the same way and every node can be exposed or have its prom
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -25,6 +26,7 @@ __all__ = ["ask", "Answer", "CallFailed", "REASK_PROMPT", "call_seed"]
 REASK_PROMPT = "common/reask"
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def call_seed(seed: int, node: str, sample: int) -> int:
     """The seed a call of `node` sends: one per (cell seed, node, repeat).
 

@@ -31,7 +31,7 @@ from biaslab.agents.redaction import redact, secrets_of
 from biaslab.agents.providers.answer_sheet import is_answer_sheet
 from biaslab.agents.tool_answers import encode_answer, from_openai_tool_calls
 from biaslab.errors import ModelCallError, ReplayMiss
-from biaslab.traces.cache import CachedResponse, CallCache, cache_key, is_cacheable
+from biaslab.traces.cache import CachedResponse, CallCache, identity_json, is_cacheable, keyed_by
 
 __all__ = ["Gateway", "Completion", "RetryPolicy", "RunCounters", "classify_error", "ReplayMode",
            "CallFailure", "CallScope"]
@@ -296,21 +296,22 @@ class CallScope:
 
     def __init__(self) -> None:
         self.active = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._idle: asyncio.Event | None = None  # made only when someone waits (rare)
 
     def _enter(self) -> None:
         self.active += 1
-        self._idle.clear()
 
     def _exit(self) -> None:
         self.active -= 1
-        if self.active == 0:
+        if self.active == 0 and self._idle is not None:
             self._idle.set()
 
     async def settle(self) -> None:
         """Return once no call of this scope is in flight (retries included)."""
         while self.active:
+            if self._idle is None:
+                self._idle = asyncio.Event()
+            self._idle.clear()
             await self._idle.wait()
 
 
@@ -383,11 +384,15 @@ class Gateway:
     verdict_key: bytes = field(default_factory=lambda: secrets.token_bytes(16), repr=False)
     """What judges' verdict markers are derived from (`biaslab.agents.verdicts`): the run's key
     (`biaslab.traces.verdict_key`); a gateway made without one gets a random key of its own."""
+    batch_writes: bool = False
+    """Whether answers are written to the caches after the first (the shared cache) in batches
+    (`CallCache.put_later`), flushed by `flush` and when the cache closes: a transaction per
+    batch instead of one per call. The runner flushes as often as it commits the run store."""
 
     def __post_init__(self):
         self._models: dict[ModelSpec, Any] = {}
         self._senders: dict[ModelSpec, Any] = {}
-        self._facts: dict[ModelSpec, tuple[dict[str, Any], dict[str, Any]]] = {}
+        self._facts: dict[ModelSpec, tuple[dict[str, Any], dict[str, Any], str]] = {}
         self._limiters: dict[str, _RateLimiter] = {}
         self._inflight: dict[str, asyncio.Future] = {}
         self._semaphore: asyncio.Semaphore | None = None
@@ -399,10 +404,12 @@ class Gateway:
             self._models[spec] = build_chat_model(spec)
         return self._models[spec]
 
-    def _spec_facts(self, spec: ModelSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _spec_facts(self, spec: ModelSpec) -> tuple[dict[str, Any], dict[str, Any], str]:
+        """The model's identity, its public form and the identity's part of the cache key."""
         facts = self._facts.get(spec)
         if facts is None:  # once per run: both resolve endpoints, and identity stats a file
-            facts = self._facts[spec] = (spec.identity(), spec.public())
+            identity = spec.identity()
+            facts = self._facts[spec] = (identity, spec.public(), identity_json(identity))
         return facts
 
     def public(self, spec: ModelSpec) -> dict[str, Any]:
@@ -425,8 +432,15 @@ class Gateway:
                model: dict[str, Any] | None) -> None:
         if self.on_store is not None and cache is self.caches[0]:
             self.on_store(key, response, model or {})
+        elif self.batch_writes:
+            cache.put_later(key, response, model or {})
         else:
             cache.put(key, response, model or {})
+
+    def flush(self) -> None:
+        """Write what `batch_writes` holds back (the shared cache's new answers)."""
+        for cache in self.caches[1:]:
+            cache.flush()
 
     @contextlib.contextmanager
     def scope(self, scope: CallScope | None = None) -> Iterator[CallScope]:
@@ -457,8 +471,8 @@ class Gateway:
                 scope._exit()
 
     async def _complete(self, spec: ModelSpec, messages, params, sample, describe) -> Completion:
-        identity = self._spec_facts(spec)[0]
-        key = cache_key(identity, messages, params, sample)
+        identity, _, identity_key = self._spec_facts(spec)
+        key = keyed_by(identity_key, messages, params, sample)
         self.counters.calls += 1
         hit = self._lookup(key)
         if hit is None and key in self._inflight:

@@ -7,6 +7,7 @@ so a grid of a million cells costs no memory up front.
 
 from __future__ import annotations
 
+
 import hashlib
 import itertools
 import json
@@ -44,10 +45,12 @@ class Cell:
     seed: int
     protocol: str
 
-    @property
-    def id(self) -> str:
-        return (f"{self.variant}/{self.item}/{self.condition.id}/{self.model.label}"
-                f"/seed={self.seed}")
+    id: str = field(init=False, repr=False, compare=False)
+    """``variant/item/condition/model/seed=N``: the cell's name in the store (made once)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id", f"{self.variant}/{self.item}/{self.condition.id}/"
+                                       f"{self.model.label}/seed={self.seed}")
 
     @property
     def coords(self) -> dict[str, Any]:
@@ -103,7 +106,13 @@ class Plan:
         return builder.compile().with_config(recursion_limit=step_budget(builder))
 
     def bindings(self, model: ModelSpec) -> Bindings:
-        return Bindings(model=model, node_models=self.node_models, node_prompts=self.node_prompts)
+        # (frozen, and the same for every cell of a model: made once per model)
+        made = self.__dict__.setdefault("_bindings", {})
+        found = made.get(model)
+        if found is None:
+            found = made[model] = Bindings(model=model, node_models=self.node_models,
+                                           node_prompts=self.node_prompts)
+        return found
 
     def context(self, cell: "Cell", gateway: Gateway) -> CellContext:
         """The run context one cell's nodes see."""

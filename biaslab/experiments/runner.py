@@ -540,25 +540,29 @@ def default_lanes(concurrency: int, calls_per_cell: float = 1.0) -> int:
     """Cells per graph run when the spec does not say.
 
     Packing pays LangGraph's per-run set-up once per batch: most of what a cell of one or two
-    calls costs, and a fifth of what an E2 cell costs. Lanes wait for each other at every step,
-    so cells of several steps pack by at most 4 (with more batches in flight, `packing`).
-    At concurrency 1 cells run one at a time, in order, as someone stepping through a run
-    expects. Measured in bench/results.md."""
+    calls costs, and a fifth of what an E2 cell costs. Graphs without routers run their lanes
+    in one task per node and one channel per key (`biaslab.graphs.lanes`), so their cost per
+    run hardly grows with the lanes: cells of one or two calls pack by up to 4x the
+    concurrency, at most 64. Lanes wait for each other at every step, so cells of several
+    steps pack by at most 4 (with more batches in flight, `packing`). At concurrency 1 cells
+    run one at a time, in order, as someone stepping through a run expects. Measured in
+    bench/results.md."""
     if concurrency <= 1:
         return 1
-    return min(16 if calls_per_cell <= 2 else 4, concurrency)
+    return min(64, 4 * concurrency) if calls_per_cell <= 2 else min(4, concurrency)
 
 
 def packing(concurrency: int, calls_per_cell: float, lanes: int | None = None) -> Packing:
     """`lanes` (default `default_lanes`) and the graph runs in flight that keep the gateway's
-    slots full. Cells of one or two calls: 4x the concurrency in cells, as more only queue at
-    the gateway (and cost CPU). Cells of several steps: 4x the concurrency in graph runs, since
-    a cell spends steps on cache hits and plain code, and lanes wait at each step for the
+    slots full. Cells of one or two calls: 4x the concurrency in cells, and at least two
+    graph runs (one run's last, slowest calls leave slots to the other's), as more only queue
+    at the gateway (and cost CPU). Cells of several steps: 4x the concurrency in graph runs,
+    since a cell spends steps on cache hits and plain code, and lanes wait at each step for the
     slowest of them (with spread-out latencies, fewer runs cost E2 a fifth of its throughput)."""
     k = lanes or default_lanes(concurrency, calls_per_cell)
     if concurrency <= 1:
         return Packing(k, 1)
-    runs = 4 * concurrency if calls_per_cell > 2 else -(-4 * concurrency // k)
+    runs = 4 * concurrency if calls_per_cell > 2 else max(2, -(-4 * concurrency // k))
     return Packing(k, runs)
 
 
@@ -621,7 +625,7 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
                       concurrency=concurrency or plan.spec.run.concurrency,
                       retry=RetryPolicy(max_attempts=plan.spec.run.max_attempts,
                                         base_s=plan.spec.run.retry_base_s),
-                      on_store=store.put_cache)
+                      on_store=store.put_cache, batch_writes=True)
     graphs = _Batches(plan)
     store.batch_s = _COMMIT_EVERY_S
     result = RunResult(run_dir, plan.n_cells(), counters=gateway.counters)
@@ -676,6 +680,7 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
         while True:
             await asyncio.sleep(_COMMIT_EVERY_S)
             store.maybe_commit(_COMMIT_EVERY_S)
+            gateway.flush()  # the shared cache's new answers, as often
 
     # Everything built so far (plan, graphs, modules) lives as long as the run: keep it out of
     # the cyclic collector's scans, which otherwise cost ~15 % of the CPU per call.

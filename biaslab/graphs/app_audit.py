@@ -38,6 +38,7 @@ from biaslab.agents.gateway import Gateway, RetryPolicy
 from biaslab.agents.providers import ModelSpec, parse_model
 from biaslab.errors import ModelCallError, UserError
 from biaslab.graphs.llm_nodes import LLMNode
+from biaslab.graphs.lanes import OWN_TASK
 from biaslab.graphs.registry import (Protocol, _file_sha, _import_module, _load_file, protocol)
 from biaslab.graphs.units import AnalysisUnit
 from biaslab.prompts.exposure import CLEAN
@@ -404,7 +405,8 @@ class AppAudit(Protocol):
             return await proto.run_item(options, state["item"], runtime.context)
 
         builder = StateGraph(AppState)
-        builder.add_node(APP_NODE, run_app)
+        # The app takes its namespace (which names its calls) from this node's task.
+        builder.add_node(APP_NODE, run_app, metadata={OWN_TASK: True})
         builder.add_edge(START, APP_NODE)
         builder.add_edge(APP_NODE, END)
         return builder

@@ -32,6 +32,7 @@ Not covered: a truncation in the microseconds between that check and SQLite's ac
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import sys
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from biaslab.errors import UserError
-from biaslab.traces.cache import CACHE_DDL, CachedResponse, CallCache
+from biaslab.traces.cache import _PUT, CACHE_DDL, CachedResponse, CallCache
 
 __all__ = ["SharedCache", "check_shared_cache", "open_shared_cache"]
 
@@ -121,6 +122,7 @@ class SharedCache(CallCache):
     def __init__(self, conn: sqlite3.Connection, path: Path, *, read_only: bool,
                  warn: Callable[[str], None] = _warn):
         self.conn, self.owns, self.path = conn, True, path
+        self._pending, self._models = {}, {}
         self.read_only, self.broken = read_only, False
         self._warn = warn
         self._index = Path(f"{path}-shm")
@@ -173,6 +175,30 @@ class SharedCache(CallCache):
             return
         try:
             super().put(key, response, model)
+        except sqlite3.Error as exc:
+            self._give_up("write", exc, reads_too=False)
+
+    def put_later(self, key: str, response: CachedResponse, model: dict[str, Any]) -> None:
+        if not self.read_only:
+            super().put_later(key, response, model)
+
+    def flush(self) -> None:
+        """Write the held answers in one short transaction (other runs may be writing too:
+        the busy timeout applies); a failure makes the cache read-only, as `put`'s does."""
+        if not self._pending:
+            return
+        rows, self._pending = list(self._pending.values()), {}
+        if self.read_only or not self._index_intact():
+            return
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.conn.executemany(_PUT, rows)
+                self.conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    self.conn.execute("ROLLBACK")
+                raise
         except sqlite3.Error as exc:
             self._give_up("write", exc, reads_too=False)
 

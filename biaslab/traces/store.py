@@ -45,10 +45,13 @@ _DDL = [
 ]
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+                            default=str, allow_nan=True)  # one encoder, not one per call
+
+
 def dumps(value: Any) -> str:
     """Canonical JSON: equal values give equal bytes, which strict replay compares."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"),
-                      default=str, allow_nan=True)
+    return _ENCODER.encode(value)
 
 
 class RunStore:
@@ -79,7 +82,9 @@ class RunStore:
         except BaseException:
             self.conn.close()
             raise
-        self.cache = CallCache(self.conn) if not readonly else _ReadOnlyCache(self.conn)
+        # (the run locks its directory: nothing else writes this cache while it is open)
+        self.cache = CallCache(self.conn, sole_writer=True) if not readonly \
+            else _ReadOnlyCache(self.conn)
         self._in_tx = False
         self._cells_started = False
         self._last_commit = time.monotonic()
@@ -95,6 +100,7 @@ class RunStore:
 
     def commit(self) -> None:
         if self._in_tx:
+            self.cache.flush()  # the cache entries put since the last commit, in this transaction
             self.conn.execute("COMMIT")
             self._in_tx = False
         self._last_commit = time.monotonic()
@@ -121,7 +127,7 @@ class RunStore:
 
     def put_cache(self, key, response, model) -> None:
         self._begin()
-        self.cache.put(key, response, model)
+        self.cache.put_later(key, response, model)
         self.maybe_commit()
 
     # -- cells ------------------------------------------------------------------------------
@@ -244,6 +250,7 @@ class RunStore:
                          f"WHERE {picked} ORDER BY cell_id, seq")
             conn.execute(f"INSERT INTO main.outputs SELECT * FROM src.outputs WHERE {picked}")
             conn.execute("INSERT OR IGNORE INTO main.cache SELECT * FROM src.cache")
+            self.cache.written_elsewhere()
             conn.execute("DROP TABLE temp.pick")
             self.commit()
         except BaseException:
@@ -374,6 +381,7 @@ class _ReadOnlyCache(CallCache):
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
         self.owns = False
+        self._pending, self._models = {}, {}
 
     def put(self, *args, **kwargs) -> None:  # pragma: no cover - never written
         raise RuntimeError("read-only store")

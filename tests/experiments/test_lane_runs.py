@@ -65,15 +65,17 @@ def _run(spec: Path, out: Path, *args: str) -> Path:
     return out
 
 
-@pytest.mark.parametrize("name", [*SPECS, "review example"])
+@pytest.mark.parametrize("name", [*SPECS, "review example", "app audit example"])
 def test_lanes_change_nothing_but_speed(name, tmp_path):
+    extra: tuple[str, ...] = ()
     if name in SPECS:
         spec = tmp_path / f"{name}.toml"
         spec.write_text(tomli_w.dumps(SPECS[name]))
-        extra: tuple[str, ...] = ()
-    else:
+    elif name == "review example":
         spec = ROOT / "experiments" / "examples" / "review.toml"
         extra = ("--model", "scripted:review-synthetic")
+    else:  # an app runs a graph of its own inside its node: each lane keeps a task of its own
+        spec = ROOT / "experiments" / "examples" / "app_audit" / "hiring_audit.toml"
     alone = _run(spec, tmp_path / "alone", "--lanes", "1", "--concurrency", "4", *extra)
     packed = _run(spec, tmp_path / "packed", "--lanes", "8", "--concurrency", "16", *extra)
     assert_same_run(packed, alone)

@@ -14,7 +14,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send
 from pydantic import BaseModel
 
-from biaslab.graphs.lanes import Lane, LaneFallback, Lanes, pack, packing_obstacle, run_packed
+from biaslab.graphs.lanes import (Lane, LaneFallback, Lanes, LaneValues, pack, packing_obstacle,
+                                   run_packed)
 
 
 class S(TypedDict, total=False):
@@ -164,3 +165,94 @@ def test_a_send_from_a_router_asks_for_a_whole_graph_run():
 
     with pytest.raises(LaneFallback):
         asyncio.run(go())
+
+
+# -- graphs without routers: one task per node for every lane, one channel per key ------------
+class F(TypedDict, total=False):
+    x: int
+    a: int
+    b: int
+    total: int
+    note: str
+
+
+async def double(state: F, runtime: Runtime[Ctx]) -> dict:
+    await asyncio.sleep(0.001 * state["x"])  # lanes finish at different times
+    if runtime.context.fail_at == 0:
+        raise ValueError(f"{runtime.context.tag} fails")
+    return {"a": 2 * state["x"]}
+
+
+def square(state: F) -> dict:
+    return {"b": state["x"] ** 2}
+
+
+def add(state: F) -> dict:
+    return {"total": state["a"] + state["b"]}
+
+
+def quiet(state: F) -> dict:
+    return {}  # streamed by LangGraph as None
+
+
+def straight() -> StateGraph:
+    """A fan-out into two nodes, a join and a node that writes nothing: no router, no reducer."""
+    b = StateGraph(F, context_schema=Ctx)
+    for name, fn in (("double", double), ("square", square), ("add", add), ("quiet", quiet)):
+        b.add_node(name, fn)
+    b.add_edge(START, "double")
+    b.add_edge(START, "square")
+    b.add_edge(["double", "square"], "add")
+    b.add_edge("add", "quiet")
+    b.add_edge("quiet", END)
+    return b
+
+
+async def straight_alone(x: int, ctx: Ctx):
+    updates = []
+    async for chunk in straight().compile().astream({"x": x}, context=ctx, stream_mode="updates"):
+        updates += list(chunk.items())
+    return updates
+
+
+def test_a_graph_without_routers_runs_its_lanes_in_one_task_per_node():
+    k = 5
+    compiled = pack(straight(), k).compile()
+    lane_channels = [c for c in compiled.channels.values() if isinstance(c, LaneValues)]
+    assert len(lane_channels) == len(F.__annotations__)  # one per key, not one per key and lane
+    assert set(compiled.nodes) >= {"double", "square", "add", "quiet"}  # the graph's own names
+    xs = [3, 1, 4, 1, 5]
+    ctxs = [Ctx(f"c{j}", fail_at=0 if j == 2 else -1) for j in range(k)]
+    settled = []
+
+    async def settle_2():
+        settled.append(2)
+
+    lanes = Lanes([Lane(c, contextlib.nullcontext, settle_2) for c in ctxs])
+    got, errors = asyncio.run(run_packed(compiled, [{"x": x} for x in xs], lanes))
+    assert errors == [None, None, "ValueError: c2 fails", None, None] and settled == [2]
+    for j, x in enumerate(xs):
+        if j == 2:  # the failed lane kept what it did before (square ran beside double), no more
+            assert [node for node, _ in got[j]] == ["square"]
+            continue
+        alone = asyncio.run(straight_alone(x, ctxs[j]))
+        assert sorted(map(repr, got[j])) == sorted(map(repr, alone))
+        assert ("quiet", None) in got[j] and ("add", {"total": 2 * x + x * x}) in got[j]
+
+
+def test_two_writes_of_a_key_in_one_step_fail_as_they_do_alone():
+    b = StateGraph(F)
+    b.add_node("one", lambda s: {"a": 1})
+    b.add_node("two", lambda s: {"a": 2})
+    b.add_edge(START, "one")
+    b.add_edge(START, "two")
+    with pytest.raises(Exception, match="one value per step"):
+        asyncio.run(straight_alone_of(b.compile(), {"x": 1}))
+    lanes = Lanes([Lane(None, contextlib.nullcontext, None) for _ in range(2)])
+    with pytest.raises(Exception, match="one value per step"):
+        asyncio.run(run_packed(pack(b, 2).compile(), [{"x": 1}, {"x": 2}], lanes))
+
+
+async def straight_alone_of(graph, state):
+    async for _ in graph.astream(state):
+        pass

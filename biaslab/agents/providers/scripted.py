@@ -41,18 +41,26 @@ class ScriptedRequest:
     messages: tuple[dict[str, str], ...]
     kwargs: dict[str, Any]
     index: int  # how many calls this model answered before
+    _texts: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def _joined(self, what: str, make: Callable[[], str]) -> str:
+        """A text made once per request (rules, faults and usage each read it)."""
+        text = self._texts.get(what)
+        if text is None:
+            text = self._texts[what] = make()
+        return text
 
     @property
     def system(self) -> str:
-        return "\n".join(m["content"] for m in self.messages if m["role"] == "system")
+        return self._joined("system", lambda: "\n".join(m["content"] for m in self.messages if m["role"] == "system"))
 
     @property
     def user(self) -> str:
-        return "\n".join(m["content"] for m in self.messages if m["role"] == "user")
+        return self._joined("user", lambda: "\n".join(m["content"] for m in self.messages if m["role"] == "user"))
 
     @property
     def text(self) -> str:
-        return "\n".join(f"{m['role']}: {m['content']}" for m in self.messages)
+        return self._joined("text", lambda: "\n".join(f"{m['role']}: {m['content']}" for m in self.messages))
 
     @property
     def tools(self) -> list[str]:
@@ -124,8 +132,9 @@ class ScriptedChatModel(BaseChatModel):
     def _text(self, messages: Sequence[dict[str, str]], kwargs: dict[str, Any]
               ) -> tuple[str, dict[str, int]]:
         """The answer's text and token usage for role/content messages (faults applied)."""
-        request = ScriptedRequest(tuple(messages), dict(kwargs), self._count)
-        self._count += 1
+        counter = self.__pydantic_private__  # (a private attribute, read and set without pydantic)
+        request = ScriptedRequest(tuple(messages), dict(kwargs), counter["_count"])
+        counter["_count"] += 1
         text = None
         for fault in self.faults:
             if fault.seen >= fault.times:
