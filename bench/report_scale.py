@@ -6,6 +6,7 @@
     python bench/report_scale.py --write-saved                 # results.md from saved rows
     python bench/report_scale.py --all --reuse --write         # every protocol; results.md
     python bench/report_scale.py --protocol multiturn --fraction 0.1   # a quick look
+    python bench/report_scale.py --protocol multiturn --distinct-queries  # ~31k texts to embed
 
 Amplification has two paper specs (Math and Portuguese): ``amplification`` and
 ``amplification-por``.
@@ -100,8 +101,13 @@ def _models(conn) -> list[str]:
         "SELECT DISTINCT json_extract(coords, '$.model') FROM cells")]
 
 
-def copy_models(db: Path, model: str, n_models: int) -> None:
-    """Copy every cell, call record and output of `model` under `n_models - 1` more names."""
+def copy_models(db: Path, model: str, n_models: int, distinct_queries: bool = False) -> None:
+    """Copy every cell, call record and output of `model` under `n_models - 1` more names.
+
+    `distinct_queries` (multiturn): every dynamic dialogue turn's user-simulator query is made
+    a text of its own (prefixed with its dialogue and turn; both turn caps share a dialogue's
+    first turns, as a real run's do), so a first report embeds as many distinct texts as a
+    real paper-scale run's; static scripts (the dataset's) stay shared."""
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("BEGIN")
     for k in range(2, n_models + 1):
@@ -119,11 +125,27 @@ def copy_models(db: Path, model: str, n_models: int) -> None:
                      "WHERE instr(cell_id, ?1) > 0", (old, new))
         conn.execute("INSERT INTO outputs SELECT replace(cell_id, ?1, ?2), seq, node, value "
                      "FROM outputs WHERE instr(cell_id, ?1) > 0", (old, new))
+    if distinct_queries:  # (the scripted simulator repeats a few texts; a real one does not)
+        # A dialogue's turn k is the same text under both turn caps (the same prompts, so a
+        # real run answers the shorter one from the cache): the cap is left out of the prefix.
+        conn.execute("UPDATE outputs SET value = replace(value, '\"query\":\"', "
+                     "'\"query\":\"[' || replace(replace(cell_id, '-t10/', '/'), '-t5/', '/')"
+                     " || ' ' || seq || '] ') WHERE cell_id LIKE 'dynamic-%'")
     conn.execute("COMMIT")
     conn.close()
 
 
-def build(protocol: str, run_dir: Path, fraction: float) -> dict:
+def distinct_query_count(run_dir: Path) -> int:
+    """Distinct non-empty user-simulator queries in a multiturn store's outputs."""
+    conn = sqlite3.connect(f"file:{run_dir / 'run.sqlite'}?mode=ro", uri=True)
+    n = conn.execute("SELECT COUNT(DISTINCT json_extract(q.value, '$.query')) FROM outputs o, "
+                     "json_each(o.value, '$.queries') q WHERE json_valid(o.value) AND "
+                     "json_extract(q.value, '$.query') IS NOT NULL").fetchone()[0]
+    conn.close()
+    return n
+
+
+def build(protocol: str, run_dir: Path, fraction: float, distinct_queries: bool = False) -> dict:
     """Run the scripted spec once, then copy it to the paper's number of model names."""
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -136,7 +158,7 @@ def build(protocol: str, run_dir: Path, fraction: float) -> dict:
                     "--quiet"], check=True, env=env, cwd=REPO)
     run_s = time.perf_counter() - start
     start = time.perf_counter()
-    copy_models(run_dir / "run.sqlite", spec["models"][0], n_models)
+    copy_models(run_dir / "run.sqlite", spec["models"][0], n_models, distinct_queries)
     return {"run_s": run_s, "copy_s": time.perf_counter() - start}
 
 
@@ -245,6 +267,9 @@ def main(argv=None) -> int:
     parser.add_argument("--warm-embeddings", action="store_true",
                         help="keep the embeddings a previous report stored (default: a first "
                         "report, which embeds every distinct text)")
+    parser.add_argument("--distinct-queries", action="store_true",
+                        help="multiturn: each copied model's dynamic dialogues get queries of "
+                        "their own (a real run's number of distinct texts to embed)")
     args = parser.parse_args(argv)
     protocols = list(PROTOCOLS) if args.all else args.protocol
     if args.write_saved:
@@ -257,16 +282,22 @@ def main(argv=None) -> int:
     for protocol in protocols:
         run_dir = ROLEPLAY_DIR if protocol == "roleplay" else Path(args.root) / protocol / "run"
         if protocol != "roleplay" and not (args.reuse and (run_dir / "run.sqlite").exists()):
-            built = build(protocol, run_dir, args.fraction)
+            built = build(protocol, run_dir, args.fraction,
+                          args.distinct_queries and protocol == "multiturn")
             print(f"{protocol}: scripted run {built['run_s']:.0f} s, copies "
                   f"{built['copy_s']:.0f} s", flush=True)
         if not (run_dir / "run.sqlite").exists():
             print(f"{protocol}: no store at {run_dir}", file=sys.stderr)
             return 2
         store = counts(run_dir)
+        if protocol == "multiturn":
+            print(f"multiturn: {distinct_query_count(run_dir):,} distinct user-simulator "
+                  "queries in the store", flush=True)
         result = report(run_dir, cold=not args.warm_embeddings)
         scale = "paper" if args.fraction >= 1 else f"--fraction {args.fraction:g} (a look)"
-        label = protocol + (WARM if args.warm_embeddings else "")
+        label = protocol + (" (queries distinct per model)" if args.distinct_queries
+                            and protocol == "multiturn" else "") \
+            + (WARM if args.warm_embeddings else "")
         rows[label] = row(label, store, result, scale)
         print(rows[label], flush=True)
         if args.fraction >= 1:

@@ -1,7 +1,8 @@
 """The grid runner: cells from a bounded queue, run concurrently, streamed to the store.
 
-Cells of one variant go through LangGraph in batches of a few (`biaslab.graphs.lanes`), each
-cell in its own lane, so the per-invocation cost is paid once per batch.
+Cells of one variant go through LangGraph in batches (`biaslab.graphs.lanes`; up to 64 cells of
+one or two calls, up to 4 bigger ones), each cell in its own lane, so the per-invocation cost is
+paid once per batch.
 
 Memory stays flat however large the grid: cells are generated lazily, at most a few are queued,
 and a finished cell's records go to SQLite and are dropped. Resume works per cell from the

@@ -55,9 +55,9 @@ class RunSettings(_Strict):
     defaults, so an outage shorter than that fails no call (`RetryPolicy.min_total_wait_s`)."""
     lanes: int | None = Field(default=None, ge=1, le=64)
     """Cells run side by side in one LangGraph invocation (`biaslab.graphs.lanes`); default:
-    the concurrency, at most 16 for cells of up to two calls and at most 4 for bigger ones,
-    and 1 at concurrency 1 (`biaslab.experiments.runner.packing`). 1 runs every cell in its
-    own invocation. Results do not depend on it."""
+    4x the concurrency, at most 64, for cells of up to two calls; the concurrency, at most 4,
+    for bigger ones; 1 at concurrency 1 (`biaslab.experiments.runner.packing`). 1 runs every
+    cell in its own invocation. Results do not depend on it."""
 
 
 class ConditionSettings(_Strict):

@@ -82,20 +82,33 @@ class _KeyFilter:
 
     def __init__(self) -> None:
         self.bits = bytearray(self._BITS // 8)
+        self.unsure = False  # a key that is not hex was added: every lookup asks the table
 
     @staticmethod
     def _positions(key: str) -> tuple[int, int, int]:
-        return int(key[0:6], 16), int(key[6:12], 16), int(key[12:18], 16)
+        v = int(key[:18], 16)
+        return v & 0xFFFFFF, (v >> 24) & 0xFFFFFF, v >> 48
 
     def add(self, key: str) -> None:
-        for p in self._positions(key):
-            self.bits[p >> 3] |= 1 << (p & 7)
+        try:
+            positions = self._positions(key)
+        except ValueError:
+            self.unsure = True
+            return
+        bits = self.bits
+        for p in positions:
+            bits[p >> 3] |= 1 << (p & 7)
 
     def may_hold(self, key: str) -> bool:
+        if self.unsure:
+            return True
         try:
-            return all(self.bits[p >> 3] & (1 << (p & 7)) for p in self._positions(key))
+            a, b, c = self._positions(key)
         except ValueError:  # not a hex key: ask the table
             return True
+        bits = self.bits
+        return bool(bits[a >> 3] & (1 << (a & 7)) and bits[b >> 3] & (1 << (b & 7))
+                    and bits[c >> 3] & (1 << (c & 7)))
 
 
 # The first answer stays (a run is self-consistent); only a blank one left by an older version
