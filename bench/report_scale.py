@@ -105,9 +105,8 @@ def copy_models(db: Path, model: str, n_models: int, distinct_queries: bool = Fa
     """Copy every cell, call record and output of `model` under `n_models - 1` more names.
 
     `distinct_queries` (multiturn): every dynamic dialogue turn's user-simulator query is made
-    a text of its own (prefixed with its dialogue and turn; both turn caps share a dialogue's
-    first turns, as a real run's do), so a first report embeds as many distinct texts as a
-    real paper-scale run's; static scripts (the dataset's) stay shared."""
+    a text of its own (`_make_queries_distinct`), so a first report embeds as many distinct
+    texts as a real paper-scale run's; static scripts (the dataset's) stay shared."""
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("BEGIN")
     for k in range(2, n_models + 1):
@@ -126,13 +125,25 @@ def copy_models(db: Path, model: str, n_models: int, distinct_queries: bool = Fa
         conn.execute("INSERT INTO outputs SELECT replace(cell_id, ?1, ?2), seq, node, value "
                      "FROM outputs WHERE instr(cell_id, ?1) > 0", (old, new))
     if distinct_queries:  # (the scripted simulator repeats a few texts; a real one does not)
-        # A dialogue's turn k is the same text under both turn caps (the same prompts, so a
-        # real run answers the shorter one from the cache): the cap is left out of the prefix.
-        conn.execute("UPDATE outputs SET value = replace(value, '\"query\":\"', "
-                     "'\"query\":\"[' || replace(replace(cell_id, '-t10/', '/'), '-t5/', '/')"
-                     " || ' ' || seq || '] ') WHERE cell_id LIKE 'dynamic-%'")
+        _make_queries_distinct(conn)
     conn.execute("COMMIT")
     conn.close()
+
+
+def _make_queries_distinct(conn) -> None:
+    """Prefix each dynamic dialogue turn's query with a short number of its own ("[417] ": a
+    few tokens, so texts keep their length). A dialogue's turn k is the same text under both
+    turn caps (the same prompts: a real run answers the shorter one from the cache), so the
+    cap is left out of what the number identifies."""
+    ids: dict[tuple[str, int], int] = {}
+    rows = []
+    for rowid, cell_id, seq, value in conn.execute(
+            "SELECT rowid, cell_id, seq, value FROM outputs WHERE cell_id LIKE 'dynamic-%' "
+            "AND instr(value, '\"query\":\"') > 0"):
+        dialogue = cell_id.replace("-t10/", "/").replace("-t5/", "/")
+        n = ids.setdefault((dialogue, seq), len(ids))
+        rows.append((value.replace('"query":"', f'"query":"[{n}] '), rowid))
+    conn.executemany("UPDATE outputs SET value = ? WHERE rowid = ?", rows)
 
 
 def distinct_query_count(run_dir: Path) -> int:
