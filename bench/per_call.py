@@ -74,29 +74,25 @@ def measure(path: str | None, *args: str, cache: str | None = "off") -> dict:
 
 def warm_shared(path: str | None) -> float:
     """`measure cpu flat`, with a shared cache file of its own (empty at the start)."""
-    scratch = Path(tempfile.mkdtemp(prefix="biaslab-percall-"))
-    try:
-        code = ("import sys; sys.argv=['x']; import scale, json, os, time, asyncio, shutil, "
-                "tempfile; from pathlib import Path\n"
-                "from biaslab.experiments.runner import run_plan\n"
-                "plan = scale._flat_plan(2000)\n"
-                "def go(i):\n"
-                "    d = Path(tempfile.mkdtemp()); os.environ['BIASLAB_CACHE'] = "
-                "str(d / 'shared.sqlite')\n"
-                "    t = time.process_time()\n"
-                "    r = asyncio.run(run_plan(plan, d / 'run', concurrency=16, "
-                "use_shared_cache=True, progress=False))\n"
-                "    dt = time.process_time() - t; shutil.rmtree(d)\n"
-                "    return dt / r.counters.calls * 1e3\n"
-                "go(0)\n"
-                "print(json.dumps(sorted(go(i) for i in range(5))[2]))\n")
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              env=_env(path, None), cwd=BENCH_DIR, timeout=900)
-        if proc.returncode:
-            raise RuntimeError(proc.stderr[-3000:])
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    code = ("import sys; sys.argv=['x']; import scale, json, os, time, asyncio, shutil, "
+            "tempfile; from pathlib import Path\n"
+            "from biaslab.experiments.runner import run_plan\n"
+            "plan = scale._flat_plan(2000)\n"
+            "def go(i):\n"
+            "    d = Path(tempfile.mkdtemp()); os.environ['BIASLAB_CACHE'] = "
+            "str(d / 'shared.sqlite')\n"
+            "    t = time.process_time()\n"
+            "    r = asyncio.run(run_plan(plan, d / 'run', concurrency=16, "
+            "use_shared_cache=True, progress=False))\n"
+            "    dt = time.process_time() - t; shutil.rmtree(d)\n"
+            "    return dt / r.counters.calls * 1e3\n"
+            "go(0)\n"
+            "print(json.dumps(sorted(go(i) for i in range(5))[2]))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=_env(path, None), cwd=BENCH_DIR, timeout=900)
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-3000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def cli_cpu(path: str | None, cells: int) -> float:

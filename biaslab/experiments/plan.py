@@ -94,6 +94,8 @@ class Plan:
     """With ``spec.from_turn``: how the turns before it are made."""
     group_swap: GroupSwap | None = None
     """With ``spec.swap_groups``: the nodes that see group terms swapped (judge-bias probe)."""
+    _bindings: dict[ModelSpec, Bindings] = field(default_factory=dict, init=False, repr=False,
+                                                 compare=False)
 
     @property
     def exposure_template(self) -> str:
@@ -106,12 +108,10 @@ class Plan:
         return builder.compile().with_config(recursion_limit=step_budget(builder))
 
     def bindings(self, model: ModelSpec) -> Bindings:
-        # (frozen, and the same for every cell of a model: made once per model)
-        made = self.__dict__.setdefault("_bindings", {})
-        found = made.get(model)
+        found = self._bindings.get(model)  # (the same for every cell of a model: made once)
         if found is None:
-            found = made[model] = Bindings(model=model, node_models=self.node_models,
-                                           node_prompts=self.node_prompts)
+            found = self._bindings[model] = Bindings(model=model, node_models=self.node_models,
+                                                     node_prompts=self.node_prompts)
         return found
 
     def context(self, cell: "Cell", gateway: Gateway) -> CellContext:

@@ -190,11 +190,9 @@ def lane_state(state: dict[str, Any], j: int) -> dict[str, Any]:
             if key.endswith(suffix) and key[:-n] != ERROR}
 
 
-def _renamed(update: Any, suffix: str) -> Any:
+def _renamed(update: dict | None, suffix: str) -> dict | None:
     if update is None:
         return None
-    if not isinstance(update, dict):
-        raise LaneFallback(f"a node returned {type(update).__name__}, not a dict")
     return {f"{key}{suffix}": value for key, value in update.items()}
 
 
@@ -271,17 +269,13 @@ class _GroupNode:
         lanes = runtime.context.lanes
         live = [j for j in range(self.k) if lanes[j].error is None]
         states = _split(state, self.k)
-        if len(live) == 1:
-            results = [await _run_lane(self.runnable, live[0], lanes[live[0]], states[live[0]],
-                                       config, runtime, self.name, True)]
-        else:
-            # each lane in its own task, so each keeps its own context variables (call scopes)
-            results = await asyncio.gather(
-                *(_run_lane(self.runnable, j, lanes[j], states[j], config, runtime, self.name,
-                            True) for j in live), return_exceptions=True)
-            for result in results:  # a fallback or a fatal error, once every lane has landed
-                if isinstance(result, BaseException):
-                    raise result
+        # each lane in its own task, so each keeps its own context variables (call scopes)
+        results = await asyncio.gather(
+            *(_run_lane(self.runnable, j, lanes[j], states[j], config, runtime, self.name, True)
+              for j in live), return_exceptions=True)
+        for result in results:  # a fallback or a fatal error, once every lane has landed
+            if isinstance(result, BaseException):
+                raise result
         merged: dict[str, dict[int, Any]] = {}
         for j, update in zip(live, results):
             for key, value in (update or {}).items():

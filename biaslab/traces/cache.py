@@ -121,17 +121,19 @@ _PUT = ("INSERT INTO cache VALUES (?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET raw
 class CallCache:
     """A ``cache`` table in a SQLite connection. Writes commit with the owner's transactions."""
 
-    _written: "_KeyFilter | None" = None
-
-    def __init__(self, conn: sqlite3.Connection, *, owns: bool = False, sole_writer: bool = False):
+    def __init__(self, conn: sqlite3.Connection, *, owns: bool = False, sole_writer: bool = False,
+                 create: bool = True):
         """`sole_writer`: nothing but this object writes the table while it is open (a run's
         own store, whose directory the run locks): if the table is empty now, a key this
-        object never wrote is a miss without a query."""
+        object never wrote is a miss without a query. `create`: make the table if missing
+        (not on a read-only connection)."""
         self.conn = conn
         self.owns = owns
         self._pending: dict[str, tuple] = {}
         self._models: dict[int, tuple[dict[str, Any], str]] = {}
-        conn.execute(CACHE_DDL)
+        self._written: _KeyFilter | None = None
+        if create:
+            conn.execute(CACHE_DDL)
         if sole_writer and conn.execute("SELECT 1 FROM cache LIMIT 1").fetchone() is None:
             self._written = _KeyFilter()
 

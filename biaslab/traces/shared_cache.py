@@ -121,8 +121,8 @@ class SharedCache(CallCache):
 
     def __init__(self, conn: sqlite3.Connection, path: Path, *, read_only: bool,
                  warn: Callable[[str], None] = _warn):
-        self.conn, self.owns, self.path = conn, True, path
-        self._pending, self._models = {}, {}
+        super().__init__(conn, owns=True, create=False)  # (`open_shared_cache` made the table)
+        self.path = path
         self.read_only, self.broken = read_only, False
         self._warn = warn
         self._index = Path(f"{path}-shm")

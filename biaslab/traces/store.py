@@ -379,9 +379,7 @@ class _ReadOnlyCache(CallCache):
     """A cache view over a read-only store (replay sources)."""
 
     def __init__(self, conn: sqlite3.Connection):
-        self.conn = conn
-        self.owns = False
-        self._pending, self._models = {}, {}
+        super().__init__(conn, create=False)
 
     def put(self, *args, **kwargs) -> None:  # pragma: no cover - never written
         raise RuntimeError("read-only store")
