@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -130,28 +132,46 @@ def copy_models(db: Path, model: str, n_models: int, distinct_queries: bool = Fa
     conn.close()
 
 
+_OLD_PREFIX = re.compile(r"^\[\d+\] ")
+
+
 def _make_queries_distinct(conn) -> None:
     """Prefix each dynamic dialogue turn's query with a short number of its own ("[417] ": a
-    few tokens, so texts keep their length). A dialogue's turn k is the same text under both
-    turn caps (the same prompts: a real run answers the shorter one from the cache), so the
-    cap is left out of what the number identifies."""
+    few tokens, so texts keep their length), the same number wherever that turn's query is
+    stored: the user simulator's output and the finished dialogue's turns, which a real run
+    holds as one text. A dialogue's turn k is also the same text under both turn caps (the
+    same prompts: a real run answers the shorter one from the cache), so the cap is left out
+    of what the number identifies. Idempotent: a number put there before is replaced."""
     ids: dict[tuple[str, int], int] = {}
+
+    def numbered(dialogue: str, entry: dict) -> None:
+        query = entry.get("query")
+        if isinstance(query, str) and query:
+            n = ids.setdefault((dialogue, int(entry["turn"])), len(ids))
+            entry["query"] = f"[{n}] " + _OLD_PREFIX.sub("", query)
+
     rows = []
-    for rowid, cell_id, seq, value in conn.execute(
-            "SELECT rowid, cell_id, seq, value FROM outputs WHERE cell_id LIKE 'dynamic-%' "
-            "AND instr(value, '\"query\":\"') > 0"):
+    for rowid, cell_id, value in conn.execute(
+            "SELECT rowid, cell_id, value FROM outputs WHERE cell_id LIKE 'dynamic-%' "
+            "AND instr(value, '\"query\":\"') > 0 ORDER BY cell_id, seq"):
         dialogue = cell_id.replace("-t10/", "/").replace("-t5/", "/")
-        n = ids.setdefault((dialogue, seq), len(ids))
-        rows.append((value.replace('"query":"', f'"query":"[{n}] '), rowid))
+        data = json.loads(value)
+        for entry in data.get("queries") or ():
+            numbered(dialogue, entry)
+        for entry in (data.get("dialogue") or {}).get("turns") or ():
+            numbered(dialogue, entry)
+        rows.append((json.dumps(data, ensure_ascii=False, separators=(",", ":")), rowid))
     conn.executemany("UPDATE outputs SET value = ? WHERE rowid = ?", rows)
 
 
 def distinct_query_count(run_dir: Path) -> int:
-    """Distinct non-empty user-simulator queries in a multiturn store's outputs."""
+    """Distinct non-empty user queries of the store's finished dialogues: the texts a first
+    multiturn report embeds (its diversity table's)."""
     conn = sqlite3.connect(f"file:{run_dir / 'run.sqlite'}?mode=ro", uri=True)
-    n = conn.execute("SELECT COUNT(DISTINCT json_extract(q.value, '$.query')) FROM outputs o, "
-                     "json_each(o.value, '$.queries') q WHERE json_valid(o.value) AND "
-                     "json_extract(q.value, '$.query') IS NOT NULL").fetchone()[0]
+    n = conn.execute("SELECT COUNT(DISTINCT json_extract(t.value, '$.query')) FROM outputs o, "
+                     "json_each(o.value, '$.dialogue.turns') t WHERE json_valid(o.value) AND "
+                     "json_extract(o.value, '$.dialogue') IS NOT NULL AND "
+                     "json_extract(t.value, '$.query') <> ''").fetchone()[0]
     conn.close()
     return n
 
@@ -297,13 +317,19 @@ def main(argv=None) -> int:
                           args.distinct_queries and protocol == "multiturn")
             print(f"{protocol}: scripted run {built['run_s']:.0f} s, copies "
                   f"{built['copy_s']:.0f} s", flush=True)
+        elif protocol == "multiturn" and args.distinct_queries:  # a reused store: as built now
+            conn = sqlite3.connect(run_dir / "run.sqlite", isolation_level=None)
+            conn.execute("BEGIN")
+            _make_queries_distinct(conn)
+            conn.execute("COMMIT")
+            conn.close()
         if not (run_dir / "run.sqlite").exists():
             print(f"{protocol}: no store at {run_dir}", file=sys.stderr)
             return 2
         store = counts(run_dir)
         if protocol == "multiturn":
-            print(f"multiturn: {distinct_query_count(run_dir):,} distinct user-simulator "
-                  "queries in the store", flush=True)
+            print(f"multiturn: {distinct_query_count(run_dir):,} distinct user queries in "
+                  "the store's dialogues (the texts a first report embeds)", flush=True)
         result = report(run_dir, cold=not args.warm_embeddings)
         scale = "paper" if args.fraction >= 1 else f"--fraction {args.fraction:g} (a look)"
         label = protocol + (" (queries distinct per model)" if args.distinct_queries

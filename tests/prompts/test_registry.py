@@ -84,3 +84,35 @@ def test_a_conversation_slot_is_sent_as_native_chat_turns(tmp_path):
         {"role": "system", "content": "Be kind."}, {"role": "user", "content": "First"}]
     with pytest.raises(TypeError, match="must be a list of"):
         template.render({"history": "User: hi", "query": "q", "tone": "t"})
+
+
+def test_every_packaged_prompt_renders_as_string_template_fills_it():
+    """Rendering joins pieces cut once; it gives what string.Template gives for every packaged
+    prompt (and, below, for the placeholder forms a user's file may use)."""
+    import string
+
+    from biaslab.prompts.registry import escape_quoted
+
+    for template in PromptRegistry().list():
+        values = {slot: f"<{slot}> = $x ${{y}} $$" for slot in template.slots}
+        if template.conversation:
+            values[template.conversation] = [{"role": "user", "content": "earlier"}]
+        filled = {s: escape_quoted(v) if s in template.quoted else v
+                  for s, v in values.items() if s != template.conversation}
+        messages = template.render(values)
+        assert messages[-1]["content"] == string.Template(template.user).substitute(filled)
+        if template.system.strip():
+            assert messages[0]["content"] == string.Template(template.system).substitute(filled)
+
+
+def test_placeholder_forms_render_as_string_template_fills_them(tmp_path):
+    import string
+
+    user = "Cost $$5 for ${a}b, $a again, $$$b, and ${b}."
+    path = write(tmp_path / "x.toml", f'slots = ["a", "b"]\nsystem = "S $a"\nuser = "{user}"')
+    values = {"a": "A $b ${a}", "b": 7}
+    messages = PromptRegistry().get(str(path)).render(values)
+    expected = string.Template(user).substitute({"a": "A $b ${a}", "b": "7"})
+    assert messages == [{"role": "system", "content": "S A $b ${a}"},
+                        {"role": "user", "content": expected}]
+    assert expected == "Cost $5 for A $b ${a}b, A $b ${a} again, $7, and 7."

@@ -7,6 +7,8 @@ import hashlib
 import json
 import sqlite3
 
+import pytest
+
 from biaslab.traces.cache import CachedResponse, CallCache, cache_key, identity_json, keyed_by
 from biaslab.traces.shared_cache import open_shared_cache
 from biaslab.traces.store import RunStore
@@ -85,6 +87,25 @@ def test_cache_keys_are_the_hash_of_the_canonical_payload():
     expected = hashlib.sha256(payload.encode()).hexdigest()
     assert cache_key(identity, messages, params, 2) == expected
     assert keyed_by(identity_json(identity), messages, params, 2) == expected
+
+
+@pytest.mark.parametrize("messages", [
+    [{"role": "system", "content": "Judge."}, {"role": "user", "content": "Is \"it\" fair?"}],
+    [], [{"role": "user", "content": "é \u2028 \x00 \\ 😀 \n\t"}],
+    [{"content": "x", "role": "user", "name": "extra key"}], [{"content": 3, "role": "user"}],
+    [{"role": "user", "content": "ok"}, "not a dict"]])
+@pytest.mark.parametrize("params", [
+    {"seed": 7, "max_tokens": 16}, {}, {"temperature": 0.7, "seed": 1}, {"flag": True},
+    {"grammar": None, "seed": 2}, {"json_schema": {"b": 1, "a": [1, 2]}, "seed": 3},
+    {"é": "ü", "big": 10 ** 30, "neg": -5}, {1: 2}])
+def test_the_usual_keys_take_a_short_path_to_the_same_bytes(messages, params):
+    """The common message and parameter shapes are encoded without the JSON encoder; every
+    shape, usual or not, gives the key computed the long way."""
+    identity = {"provider": "scripted", "model": "m"}
+    payload = json.dumps({"m": identity, "x": messages, "p": params, "s": 0}, sort_keys=True,
+                         ensure_ascii=False, separators=(",", ":"))
+    assert keyed_by(identity_json(identity), messages, params, 0) == \
+        hashlib.sha256(payload.encode()).hexdigest()
 
 
 def test_keys_that_are_not_hashes_are_still_found(tmp_path):

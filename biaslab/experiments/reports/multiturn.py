@@ -530,11 +530,19 @@ def plot_curves(per_turn: pd.DataFrame, path_stem: Path) -> list[Path]:
     return _save(fig, path_stem)
 
 
+_TRANSITIONS_MAX_IN = 12.0
+"""The tallest a transitions figure gets (inches): past about 58 dialogues their rows share it.
+A row per 0.18 in made a paper-scale figure (240 dialogues) 45 in tall, 6,700 px at 150 dpi:
+a third of the CPU of a later report went to drawing and encoding such images."""
+
+
 def plot_transitions(part: pd.DataFrame, title: str, path_stem: Path) -> list[Path]:
+    """Dialogues (rows, most biased turns first) × turns, coloured by the judge's label."""
     m = label_matrix(part)
     codes = np.where(np.isnan(m), 0, np.where(m == 1, 2, 1))
     order = np.lexsort([-(m == 1).sum(axis=1)])
-    fig = Figure(figsize=(max(4, 0.5 * m.shape[1] + 2), max(2.5, 0.18 * len(m) + 1.5)))
+    height = min(_TRANSITIONS_MAX_IN, max(2.5, 0.18 * len(m) + 1.5))
+    fig = Figure(figsize=(max(4, 0.5 * m.shape[1] + 2), height))
     ax = fig.subplots()
     ax.imshow(codes[order], aspect="auto", interpolation="nearest",
               cmap=ListedColormap([NO_LABEL, NOT_BIASED, BIASED]), vmin=0, vmax=2)
