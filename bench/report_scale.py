@@ -103,12 +103,8 @@ def _models(conn) -> list[str]:
         "SELECT DISTINCT json_extract(coords, '$.model') FROM cells")]
 
 
-def copy_models(db: Path, model: str, n_models: int, distinct_queries: bool = False) -> None:
-    """Copy every cell, call record and output of `model` under `n_models - 1` more names.
-
-    `distinct_queries` (multiturn): every dynamic dialogue turn's user-simulator query is made
-    a text of its own (`_make_queries_distinct`), so a first report embeds as many distinct
-    texts as a real paper-scale run's; static scripts (the dataset's) stay shared."""
+def copy_models(db: Path, model: str, n_models: int) -> None:
+    """Copy every cell, call record and output of `model` under `n_models - 1` more names."""
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("BEGIN")
     for k in range(2, n_models + 1):
@@ -126,13 +122,23 @@ def copy_models(db: Path, model: str, n_models: int, distinct_queries: bool = Fa
                      "WHERE instr(cell_id, ?1) > 0", (old, new))
         conn.execute("INSERT INTO outputs SELECT replace(cell_id, ?1, ?2), seq, node, value "
                      "FROM outputs WHERE instr(cell_id, ?1) > 0", (old, new))
-    if distinct_queries:  # (the scripted simulator repeats a few texts; a real one does not)
-        _make_queries_distinct(conn)
     conn.execute("COMMIT")
     conn.close()
 
 
 _OLD_PREFIX = re.compile(r"^\[\d+\] ")
+
+
+def make_queries_distinct(db: Path) -> None:
+    """Multiturn: make every dynamic dialogue turn's user-simulator query a text of its own
+    (`_make_queries_distinct`, in one transaction), so a first report embeds as many distinct
+    texts as a real paper-scale run's; static scripts (the dataset's) stay shared. The
+    scripted simulator repeats a few texts; a real one does not."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("BEGIN")
+    _make_queries_distinct(conn)
+    conn.execute("COMMIT")
+    conn.close()
 
 
 def _make_queries_distinct(conn) -> None:
@@ -189,7 +195,9 @@ def build(protocol: str, run_dir: Path, fraction: float, distinct_queries: bool 
                     "--quiet"], check=True, env=env, cwd=REPO)
     run_s = time.perf_counter() - start
     start = time.perf_counter()
-    copy_models(run_dir / "run.sqlite", spec["models"][0], n_models, distinct_queries)
+    copy_models(run_dir / "run.sqlite", spec["models"][0], n_models)
+    if distinct_queries:
+        make_queries_distinct(run_dir / "run.sqlite")
     return {"run_s": run_s, "copy_s": time.perf_counter() - start}
 
 
@@ -318,11 +326,7 @@ def main(argv=None) -> int:
             print(f"{protocol}: scripted run {built['run_s']:.0f} s, copies "
                   f"{built['copy_s']:.0f} s", flush=True)
         elif protocol == "multiturn" and args.distinct_queries:  # a reused store: as built now
-            conn = sqlite3.connect(run_dir / "run.sqlite", isolation_level=None)
-            conn.execute("BEGIN")
-            _make_queries_distinct(conn)
-            conn.execute("COMMIT")
-            conn.close()
+            make_queries_distinct(run_dir / "run.sqlite")
         if not (run_dir / "run.sqlite").exists():
             print(f"{protocol}: no store at {run_dir}", file=sys.stderr)
             return 2

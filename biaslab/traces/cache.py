@@ -78,8 +78,10 @@ def _canonical_messages(messages: list) -> str:
 def _canonical_params(params: dict) -> str:
     """`_canonical(params)` for a dict of str keys whose values are ints or strings (a call's
     usual sampling parameters); anything else is left to `_canonical`."""
+    if not all(type(k) is str for k in params):
+        return _canonical(params)
     parts = []
-    for key in sorted(params) if all(type(k) is str for k in params) else ():
+    for key in sorted(params):
         value = params[key]
         if type(value) is int:
             parts.append(f"{_string(key)}:{value!r}")
@@ -87,8 +89,6 @@ def _canonical_params(params: dict) -> str:
             parts.append(f"{_string(key)}:{_string(value)}")
         else:
             return _canonical(params)
-    if len(parts) != len(params):
-        return _canonical(params)
     return f"{{{','.join(parts)}}}"
 
 
