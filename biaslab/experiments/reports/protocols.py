@@ -16,7 +16,8 @@ import pandas as pd
 
 from biaslab.graphs.registry import Protocol
 
-__all__ = ["protocol_report", "protocol_headline", "protocol_compare", "protocol_exports"]
+__all__ = ["protocol_report", "protocol_prepare", "protocol_headline", "protocol_compare",
+           "protocol_exports"]
 
 # protocol name → (module under biaslab.experiments.reports, report fn, headline fn, compare fn)
 _BUILT_IN: dict[str, tuple[str, str, str | None, str | None]] = {
@@ -29,6 +30,9 @@ _BUILT_IN: dict[str, tuple[str, str, str | None, str | None]] = {
 _COMPARE: dict[str, tuple[str, str]] = {"amplification": ("compare", "compare_amplification"),
                                         "augmentation": ("augmentation",
                                                          "compare_augmentation")}
+# protocol name → (module, function(store, run_dir, options) -> inputs with a close()): work a
+# report starts before the generic tables, to run behind them (multiturn: embedding its texts)
+_PREPARE: dict[str, tuple[str, str]] = {"multiturn": ("multiturn", "prepare_report")}
 # protocol name → {export format → (module, function(store, out_dir, options) -> paths)}
 _EXPORTS: dict[str, dict[str, tuple[str, str]]] = {
     "augmentation": {"bbq": ("augmentation", "export_bbq")}}
@@ -45,12 +49,26 @@ def _function(module: str, name: str) -> Any:
     return getattr(importlib.import_module(f"biaslab.experiments.reports.{module}"), name)
 
 
-def protocol_report(proto: Protocol, store, run_dir: Path, options) -> list[Path]:
-    """The protocol's own tables and figures."""
+def protocol_prepare(proto: Protocol, store, run_dir: Path, options) -> Any | None:
+    """What a built-in protocol's report starts before the generic tables (None for most);
+    pass it to `protocol_report`, which closes it, or close it yourself if you do not."""
+    if _builtin(proto) is None or proto.name not in _PREPARE:
+        return None
+    return _function(*_PREPARE[proto.name])(store, run_dir, options)
+
+
+def protocol_report(proto: Protocol, store, run_dir: Path, options, prepared: Any = None
+                    ) -> list[Path]:
+    """The protocol's own tables and figures (`prepared`: `protocol_prepare`'s result)."""
     entry = _builtin(proto)
     if entry is None:
         return list(proto.report(store, run_dir, options))
-    return list(_function(entry[0], entry[1])(store, run_dir, options))
+    if prepared is None:
+        return list(_function(entry[0], entry[1])(store, run_dir, options))
+    try:
+        return list(_function(entry[0], entry[1])(store, run_dir, options, prepared=prepared))
+    finally:
+        prepared.close()
 
 
 def protocol_headline(proto: Protocol, run_dir: Path) -> pd.DataFrame | None:

@@ -39,6 +39,10 @@ def unit_of(proto: Protocol | None) -> AnalysisUnit:
     return getattr(proto, "unit", None) or ITEM_UNIT
 
 
+# what json.dumps(value, default=str) writes, without building an encoder for every list
+_AS_JSON = json.JSONEncoder(default=str).encode
+
+
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     """Nested dicts become dotted keys; lists are kept as JSON text."""
     if isinstance(value, dict):
@@ -47,7 +51,7 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
             out.update(flatten(inner, f"{prefix}{key}."))
         return out
     if isinstance(value, list):
-        return {prefix.rstrip("."): json.dumps(value, default=str)}
+        return {prefix.rstrip("."): _AS_JSON(value)}
     return {prefix.rstrip("."): value}
 
 
