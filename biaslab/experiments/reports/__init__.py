@@ -39,5 +39,5 @@ def write_reports(plan: "Plan", store: RunStore, run_dir: str | Path) -> list[Pa
                                                   prepared)]
     finally:
         if prepared is not None:
-            prepared.close()  # closing twice is harmless
+            prepared.close()  # stops an embedding the report never collected
     return [*written, write_html_report(store, run_dir, plan.protocol.report_sections())]

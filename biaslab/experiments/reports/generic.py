@@ -25,7 +25,6 @@ It needs nothing but the run store:
 from __future__ import annotations
 
 import csv
-import json
 import math
 from pathlib import Path
 from typing import Any, Iterator
@@ -33,8 +32,8 @@ from typing import Any, Iterator
 import pandas as pd
 
 from biaslab.evaluators.exposure_effects import CLEAN_CONDITION, MIN_PAIRS_FOR_CI, paired_arms
-from biaslab.experiments.reports.units import (ALL_GROUPS, PAIR_KEYS, flatten, unit_frame,
-                                               unit_of)
+from biaslab.experiments.reports.units import (ALL_GROUPS, PAIR_KEYS, flatten, json_text,
+                                               unit_frame, unit_of)
 from biaslab.experiments.reports.model_comparisons import write_model_comparisons
 from biaslab.graphs.registry import Protocol
 from biaslab.graphs.units import ITEM_UNIT, AnalysisUnit
@@ -47,8 +46,6 @@ __all__ = ["write_generic_report", "calls_by_node", "cache_use_by_node", "CACHE_
 
 
 _NODE_KEYS = ["variant", "node", "condition", "model"]
-# what json.dumps(value, default=str) writes, without building an encoder for every field
-_AS_JSON = json.JSONEncoder(default=str).encode
 
 
 def _calls_per_node(store: RunStore) -> pd.DataFrame | None:
@@ -127,7 +124,7 @@ def _output_rows(store: RunStore, wide: frozenset[str] = frozenset()
         if isinstance(value, dict):
             flat: dict[str, Any] = {}
             for key, inner in value.items():
-                flat.update({str(key): _AS_JSON(inner)} if key in wide
+                flat.update({str(key): json_text(inner)} if key in wide
                             else flatten(inner, f"{key}."))
         else:
             flat = {"value": value}

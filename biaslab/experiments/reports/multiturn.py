@@ -642,15 +642,13 @@ class ReportInputs:
 
     dialogues: pd.DataFrame
     turns: pd.DataFrame
-    embeddings: EmbeddingCache | None = None
-    embedder: mt.CachedEmbedder | None = None
+    embedder: mt.CachedEmbedder | None = None  # over the run's `EmbeddingCache`
 
     def close(self) -> None:
         """Stop an embedding never collected and close the embeddings table."""
         if self.embedder is not None:
             self.embedder.close()
-        if self.embeddings is not None:
-            self.embeddings.close()
+            self.embedder.cache.close()
 
 
 def prepare_report(store, run_dir: str | Path, options=None) -> ReportInputs:
@@ -660,8 +658,8 @@ def prepare_report(store, run_dir: str | Path, options=None) -> ReportInputs:
     if dialogues.empty:
         return ReportInputs(dialogues, pd.DataFrame())
     turns = turns_frame(dialogues)
-    embeddings = EmbeddingCache(run_dir)  # each distinct text embedded once per run
-    inputs = ReportInputs(dialogues, turns, embeddings, mt.CachedEmbedder(embeddings))
+    # each distinct text embedded once per run
+    inputs = ReportInputs(dialogues, turns, mt.CachedEmbedder(EmbeddingCache(run_dir)))
     try:
         inputs.embedder.prefetch(diversity_texts(turns), workers=1)
     except BaseException:
@@ -673,7 +671,7 @@ def prepare_report(store, run_dir: str | Path, options=None) -> ReportInputs:
 def write_report(store, run_dir: str | Path, options, prepared: ReportInputs | None = None
                  ) -> list[Path]:
     """Every table and figure of a multiturn run, from its store alone (no model calls);
-    `prepared` is `prepare_report`'s result when the caller made it earlier (it closes it)."""
+    `prepared` is `prepare_report`'s result when the caller made it earlier (and closes it)."""
     inputs = prepared if prepared is not None else prepare_report(store, run_dir, options)
     try:
         return _write_report(inputs, Path(run_dir), options)

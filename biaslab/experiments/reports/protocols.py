@@ -51,7 +51,7 @@ def _function(module: str, name: str) -> Any:
 
 def protocol_prepare(proto: Protocol, store, run_dir: Path, options) -> Any | None:
     """What a built-in protocol's report starts before the generic tables (None for most);
-    pass it to `protocol_report`, which closes it, or close it yourself if you do not."""
+    pass it to `protocol_report`, and close it when the report is done or has failed."""
     if _builtin(proto) is None or proto.name not in _PREPARE:
         return None
     return _function(*_PREPARE[proto.name])(store, run_dir, options)
@@ -65,10 +65,7 @@ def protocol_report(proto: Protocol, store, run_dir: Path, options, prepared: An
         return list(proto.report(store, run_dir, options))
     if prepared is None:
         return list(_function(entry[0], entry[1])(store, run_dir, options))
-    try:
-        return list(_function(entry[0], entry[1])(store, run_dir, options, prepared=prepared))
-    finally:
-        prepared.close()
+    return list(_function(entry[0], entry[1])(store, run_dir, options, prepared=prepared))
 
 
 def protocol_headline(proto: Protocol, run_dir: Path) -> pd.DataFrame | None:

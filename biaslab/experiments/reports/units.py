@@ -20,7 +20,7 @@ from biaslab.graphs.units import ITEM_UNIT, AnalysisUnit, Measure
 from biaslab.prompts.exposure import condition_id
 from biaslab.traces.store import RunStore
 
-__all__ = ["unit_frame", "cell_measures", "unit_of", "flatten", "UNIT_KEYS", "PAIR_KEYS", "ALL_GROUPS"]
+__all__ = ["unit_frame", "cell_measures", "unit_of", "flatten", "json_text", "UNIT_KEYS", "PAIR_KEYS", "ALL_GROUPS"]
 
 UNIT_KEYS = ["variant", "item", "condition", "model", "seed", "node", "visit", "unit",
              "stratum", "group", "field"]
@@ -39,8 +39,9 @@ def unit_of(proto: Protocol | None) -> AnalysisUnit:
     return getattr(proto, "unit", None) or ITEM_UNIT
 
 
-# what json.dumps(value, default=str) writes, without building an encoder for every list
-_AS_JSON = json.JSONEncoder(default=str).encode
+json_text = json.JSONEncoder(default=str).encode
+"""What ``json.dumps(value, default=str)`` writes, without building an encoder per call (a
+paper-size outputs CSV writes hundreds of thousands of lists and wide fields)."""
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -51,7 +52,7 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
             out.update(flatten(inner, f"{prefix}{key}."))
         return out
     if isinstance(value, list):
-        return {prefix.rstrip("."): _AS_JSON(value)}
+        return {prefix.rstrip("."): json_text(value)}
     return {prefix.rstrip("."): value}
 
 
