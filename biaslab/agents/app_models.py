@@ -43,8 +43,8 @@ from biaslab.errors import ModelCallError
 from biaslab.prompts.exposure import apply_exposures
 from biaslab.traces.records import CallRecord
 
-__all__ = ["AppCalls", "intercepting", "to_openai_messages", "node_path", "APP_PROMPT",
-           "REQUEST_KEYS"]
+__all__ = ["AppCalls", "AppAnswer", "answer_call", "active_calls", "intercepting",
+           "to_openai_messages", "node_path", "APP_PROMPT", "REQUEST_KEYS"]
 
 APP_PROMPT = "app_audit/app_node"
 """The prompt id an app's node is recorded under: its prompt is the app's own, not biaslab's."""
@@ -151,12 +151,26 @@ def _request_args(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def _complete(calls: AppCalls, model: BaseChatModel, messages: list[BaseMessage],
-                    stop: list[str] | None, metadata: Mapping[str, Any] | None,
-                    kwargs: Mapping[str, Any]) -> ChatResult:
+@dataclass(frozen=True)
+class AppAnswer:
+    """What the gateway answered one app call, for any client to shape as it expects."""
+
+    content: str
+    tool_calls: list[dict[str, Any]]
+    input_tokens: int
+    output_tokens: int
+    cache_key: str
+    sample: int
+    model: str
+
+
+async def answer_call(calls: AppCalls, node: str, step: Any, sent: list[dict[str, Any]],
+                      request: Mapping[str, Any], source: str) -> AppAnswer:
+    """One model call of app node `node`, whatever client made it: `sent` (chat completions
+    messages) with the node's exposures and mitigations, the cell's model for the node, the
+    app's `request` arguments (`REQUEST_KEYS`, JSON already), through the gateway, recorded
+    with `source` (``app:<client>``) as its prompt source."""
     ctx = calls.ctx
-    node = node_path(metadata, calls.prefix)
-    sent = to_openai_messages(messages)
     exposures = ctx.condition.exposures_for(node)
     mitigations = tuple(m for m in ctx.condition.mitigations_for(node) if not m.after_answer)
     texts = [(e.position, e.text(ctx.prompts)) for e in exposures]
@@ -167,33 +181,52 @@ async def _complete(calls: AppCalls, model: BaseChatModel, messages: list[BaseMe
     params: dict[str, Any] = {"max_tokens": spec.max_tokens, "seed": call_seed(ctx.seed, node, 0)}
     if spec.temperature is not None:
         params["temperature"] = spec.temperature
-    params.update(_request_args({**kwargs, "stop": stop}))
-    request = json.dumps([sent, params], sort_keys=True, default=str)
-    sample = calls.sample_of(node, request)
-    step = (metadata or {}).get("langgraph_step")
+    params.update(request)
+    request_text = json.dumps([sent, params], sort_keys=True, default=str)
+    sample = calls.sample_of(node, request_text)
     record = CallRecord(cell_id=ctx.cell_id, node=node, item=f"step-{step}" if step else "",
                         sample=sample, seed=params["seed"], exposure_id=ctx.condition.id,
                         exposed=bool(exposures),
                         exposure_prompts=[f"{ctx.prompts.get(e.template).ref}@"
                                           f"{ctx.prompts.get(e.template).content_hash}"
                                           for e in exposures],
-                        prompt_id=APP_PROMPT, prompt_source=f"app:{type(model).__name__}",
+                        prompt_id=APP_PROMPT, prompt_source=source,
                         messages=sent, model=ctx.gateway.public(spec), params=params)
     describe = f"app node '{node}' call {sample} in cell {ctx.cell_id}"
     done = await complete_recorded(ctx, spec, record, sample, describe)
     content, tool_calls = decode_answer(done.raw)
     record.parsed = {"tool_calls": tool_calls} if tool_calls else None
     ctx.calls.append(record)
-    usage = {"input_tokens": done.input_tokens, "output_tokens": done.output_tokens,
-             "total_tokens": done.input_tokens + done.output_tokens}
-    message = AIMessage(content=content, id=f"biaslab-{done.cache_key[:16]}-{sample}",
+    return AppAnswer(content, tool_calls, done.input_tokens, done.output_tokens,
+                     done.cache_key, sample, spec.label)
+
+
+async def _complete(calls: AppCalls, model: BaseChatModel, messages: list[BaseMessage],
+                    stop: list[str] | None, metadata: Mapping[str, Any] | None,
+                    kwargs: Mapping[str, Any]) -> ChatResult:
+    answer = await answer_call(calls, node_path(metadata, calls.prefix),
+                               (metadata or {}).get("langgraph_step"),
+                               to_openai_messages(messages),
+                               _request_args({**kwargs, "stop": stop}),
+                               f"app:{type(model).__name__}")
+    usage = {"input_tokens": answer.input_tokens, "output_tokens": answer.output_tokens,
+             "total_tokens": answer.input_tokens + answer.output_tokens}
+    tool_calls = answer.tool_calls
+    message = AIMessage(content=answer.content,
+                        id=f"biaslab-{answer.cache_key[:16]}-{answer.sample}",
                         tool_calls=[{"id": c["id"], "name": c["name"], "args": c["args"],
                                      "type": "tool_call"} for c in tool_calls],
                         usage_metadata=usage,
-                        response_metadata={"model_name": spec.label,
+                        response_metadata={"model_name": answer.model,
                                            "finish_reason": "tool_calls" if tool_calls
                                            else "stop"})
     return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def active_calls() -> AppCalls | None:
+    """The audited cell the running code belongs to (None outside any, or in a thread that
+    did not inherit one's context)."""
+    return _ACTIVE.get()
 
 
 def _active(model: BaseChatModel) -> AppCalls:

@@ -26,6 +26,7 @@ from typing import Any, Iterator, Literal, Sequence
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, convert_to_messages
 
+from biaslab.agents.app_guard import own_traffic
 from biaslab.agents.providers import ModelSpec, build_chat_model
 from biaslab.agents.redaction import redact, secrets_of
 from biaslab.agents.providers.answer_sheet import is_answer_sheet
@@ -532,8 +533,10 @@ class Gateway:
                     if limiter:
                         await limiter.wait()
                     started = time.monotonic()
+                    # marked as biaslab's own: an audited app's cell refuses other traffic
                     async with asyncio.timeout(spec.timeout_s):  # no extra task, unlike wait_for
-                        raw, usage = await send(model, messages, kwargs)
+                        with own_traffic():
+                            raw, usage = await send(model, messages, kwargs)
                     latency = time.monotonic() - started
                 if not raw.strip() and attempt < self.retry.max_attempts:
                     self.counters.tokens += int(usage.get("total_tokens", 0))  # paid all the same

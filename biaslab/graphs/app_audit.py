@@ -32,6 +32,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, ConfigDict, Field
 
+from biaslab.agents.app_egress import guarding
+from biaslab.agents.app_guard import parse_allow_hosts
 from biaslab.agents.app_models import APP_PROMPT, AppCalls, intercepting
 from biaslab.agents.context import Bindings, CellContext
 from biaslab.agents.gateway import Gateway, RetryPolicy
@@ -76,6 +78,9 @@ class AppOptions(BaseModel):
     """The exposure template's slot values, per direction."""
     recursion_limit: int = Field(default=100, ge=1, le=10_000)
     """LangGraph steps one item may take."""
+    allow_hosts: list[str] = []
+    """Hosts (``host`` or ``host:port``) the app's own code may reach while a cell runs,
+    besides its model calls, which biaslab answers (`biaslab.agents.app_egress`)."""
     discovered: dict[str, Any] | None = None
     """Set by the discovery pass: ``nodes`` (node → calls on the first item, in order of
     first call), ``tokens`` (node → tokens) and the ``item`` and ``model`` it ran."""
@@ -104,10 +109,12 @@ def app_spec_options(data: Mapping[str, Any]) -> dict[str, Any]:
                "outcome_field": outcome.get("field"), "outcome_parse": outcome.get("parse"),
                "unit": outcome.get("unit"), "group": outcome.get("group"),
                "directions": data.get("directions") or {},
-               "recursion_limit": data.get("recursion_limit")}
+               "recursion_limit": data.get("recursion_limit"),
+               "allow_hosts": [str(rule) for rule in parse_allow_hosts(data.get("allow_hosts"))]
+               or None}
     rest = {k: v for k, v in data.items()
             if k not in ("app", "items", "outcome", "directions", "options", "protocol",
-                         "recursion_limit")}
+                         "recursion_limit", "allow_hosts")}
     # "each": every node that calls a model, alone (the core's "singletons")
     if isinstance(rest.get("conditions"), dict) and rest["conditions"].get("targets") == "each":
         rest["conditions"] = {**rest["conditions"], "targets": "singletons"}
@@ -338,6 +345,7 @@ class AppState(TypedDict, total=False):
     item: str
     outcome: dict
     final_state: Any
+    http: list  # the app's exchanges with the hosts the spec allows (`app_traffic`)
 
 
 # -- the protocol ---------------------------------------------------------------------------------
@@ -425,7 +433,9 @@ class AppAudit(Protocol):
         config: dict[str, Any] = {"recursion_limit": options.recursion_limit}
         if getattr(app, "checkpointer", None):
             config["configurable"] = {"thread_id": f"biaslab-{uuid.uuid4()}"}
-        with intercepting(calls):
+        allow = parse_allow_hosts(options.allow_hosts)
+        with intercepting(calls), guarding(calls, allow, strict=ctx.gateway.mode != "live") \
+                as guard:
             final = await app.ainvoke(state, config)
         try:
             value = outcome_of(final, options, self._parse(options))
@@ -436,7 +446,10 @@ class AppAudit(Protocol):
         outcome = {"unit": item, self.measure(options): value}
         if options.group:
             outcome[options.group] = row.get(options.group)
-        return {"outcome": outcome, "final_state": state_json(final)}
+        out = {"outcome": outcome, "final_state": state_json(final)}
+        if guard.traffic:  # what the app sent to the hosts the spec allows
+            out["http"] = guard.traffic
+        return out
 
     # -- nodes, found by running the first item ---------------------------------------------------
 
@@ -464,6 +477,12 @@ class AppAudit(Protocol):
 
     def all_nodes(self) -> set[str]:
         return set()
+
+    def report(self, store, run_dir: Path, options: AppOptions) -> list[Path]:
+        """``tables/app_http.csv``: what the app sent to the hosts the spec allows."""
+        from biaslab.graphs.app_traffic import write_app_http
+
+        return write_app_http(store, run_dir, APP_NODE)
 
     def prepare_plan(self, spec, options: AppOptions, models: list[ModelSpec],
                      aliases: Mapping[str, ModelSpec]):
