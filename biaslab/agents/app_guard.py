@@ -124,10 +124,10 @@ def parse_allow_hosts(value: Any) -> tuple[HostRule, ...]:
             raise UserError(f"allow_hosts: '{text}' must be a host or host:port, not a URL")
         host, port = text, None
         if text.startswith("["):
-            inner, _, rest = text[1:].partition("]")
-            host, port_text = inner, rest[1:] if rest.startswith(":") else None
-            if rest and not rest.startswith(":"):
-                raise UserError(f"allow_hosts: '{text}' is not [ipv6]:port")
+            inner, bracket, rest = text[1:].partition("]")
+            if not bracket or (rest and not rest.startswith(":")) or not _is_ip(inner):
+                raise UserError(f"allow_hosts: '{text}' is not [ipv6] or [ipv6]:port")
+            host, port_text = inner, rest[1:] if rest else None
         elif text.count(":") == 1:
             host, port_text = text.split(":")
         else:
