@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import json
 import threading
 from typing import Any, Iterator
 from urllib.parse import urlsplit
@@ -60,6 +61,11 @@ def _step() -> Any:
     return ((var_child_runnable_config.get() or {}).get("metadata") or {}).get("langgraph_step")
 
 
+def _host_port(url: str) -> tuple[str, int | None]:
+    parts = urlsplit(url)
+    return parts.hostname or "", parts.port or {"https": 443, "http": 80}.get(parts.scheme)
+
+
 def _kind(method: str, url: str) -> str | None:
     if method.upper() != "POST":
         return None
@@ -73,8 +79,6 @@ def _kind(method: str, url: str) -> str | None:
 async def _answer(calls: AppCalls, guard: CellGuard, kind: str, body: bytes,
                   client: str) -> tuple[int, str, bytes]:
     """(status, content type, body) for a model call the app sent over HTTP."""
-    import json
-
     node = current_node(calls)
     if guard.call_error is not None:  # a client retrying a failed call: fail at once
         raise guard.call_error
@@ -84,8 +88,8 @@ async def _answer(calls: AppCalls, guard: CellGuard, kind: str, body: bytes,
         else:
             messages, request, stream = wire.responses_request(body)
     except wire.BadRequest as exc:
-        guard.refused.append(f"app node '{node}' sent a {kind} request biaslab cannot read "
-                             f"as a model call: {exc}")
+        guard.fail(f"app node '{node}' sent a {kind} request biaslab cannot read as a model "
+                   f"call: {exc}")
         return 400, "application/json", json.dumps(wire.error_body(str(exc))).encode()
     try:
         answer = await answer_call(calls, node, _step(), messages, request, f"app:{client}")
@@ -111,7 +115,7 @@ def _answer_sync(calls: AppCalls, guard: CellGuard, kind: str, body: bytes,
     if running is calls.loop:
         line = (f"a sync {client} model call inside async app node '{current_node(calls)}' "
                 "would block the event loop the call needs; use the async client there")
-        guard.refused.append(line)
+        guard.fail(line)
         raise ModelCallError(line, status=400)
     return asyncio.run_coroutine_threadsafe(_answer(calls, guard, kind, body, client),
                                             calls.loop).result()
@@ -125,22 +129,17 @@ def _judge(method: str, url: str) -> tuple[str, AppCalls | None, CellGuard | Non
     guard, calls = current_guard(), active_calls()
     if _kind(method, url) is not None and guard is not None and calls is not None:
         return "route", calls, guard
-    parts = urlsplit(url)
-    port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
-    if guard is not None and guard.allows(parts.hostname or "", port):
+    if guard is not None and guard.allows(*_host_port(url)):
         return "allow", calls, guard
     return "refuse", calls, guard
 
 
 def _refusal(guard: CellGuard | None, method: str, url: str) -> app_guard.EgressRefused:
-    parts = urlsplit(url)
-    port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
+    host, port = _host_port(url)
     what = f"an HTTP {method} ({'a model call' if _kind(method, url) else 'not a model call'})"
     if guard is None:
-        return app_guard.EgressRefused(
-            f"{what} to {parts.hostname}:{port} from a thread that did not inherit an audited "
-            "cell's context (a bare threading.Thread?) while the cell runs: refused")
-    return guard.refuse(parts.hostname or "", port, what)
+        return app_guard.unowned_refusal(host, port, what)
+    return guard.refuse(host, port, what)
 
 
 # -- httpx (and its fork httpx2, which recent OpenAI SDKs send through) --------------------------

@@ -30,12 +30,12 @@ import ipaddress
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 from biaslab.errors import ModelCallError, UserError
 
 __all__ = ["APP", "OWN", "ALLOWED", "HostRule", "parse_allow_hosts", "CellGuard", "EgressRefused",
-           "CellRefused", "judge", "hosts_text",
+           "CellRefused", "judge", "unowned_refusal",
            "own_traffic", "allowed_traffic", "app_traffic", "who", "current_guard",
            "install_socket_guard", "uninstall_socket_guard"]
 
@@ -194,9 +194,13 @@ class CellGuard:
         else:
             why = "the spec does not allow it (allow_hosts)"
         line = f"app node '{self.node_of()}' opened {what} to {where}: refused, {why}"
+        self.fail(line)
+        return EgressRefused(line)
+
+    def fail(self, line: str) -> None:
+        """Record why the cell must fail, even if the app goes on."""
         with self._lock:
             self.refused.append(line)
-        return EgressRefused(line)
 
     def record(self, method: str, url: str, status: int | str, size: int | None) -> None:
         from biaslab.agents.providers import strip_credentials
@@ -214,6 +218,13 @@ class CellGuard:
         return self.refused[0] + more
 
 
+def unowned_refusal(host: str, port: int | None, what: str) -> EgressRefused:
+    """The refusal of a connection from code that belongs to no cell (it cannot fail one)."""
+    where = f"{host}:{port}" if port is not None else host
+    return EgressRefused(f"{what} to {where} from a thread that did not inherit an audited "
+                         "cell's context (a bare threading.Thread?) while the cell runs: refused")
+
+
 def judge(host: str, port: int | None, what: str = "a connection") -> None:
     """Let the connection pass, or raise `EgressRefused` (recorded on the cell's guard)."""
     mark = _WHO.get()
@@ -221,10 +232,7 @@ def judge(host: str, port: int | None, what: str = "a connection") -> None:
         return
     guard = _GUARD.get()
     if guard is None:
-        where = f"{host}:{port}" if port is not None else host
-        raise EgressRefused(f"{what} to {where} from a thread that did not inherit an audited "
-                            "cell's context (a bare threading.Thread?) while the cell runs: "
-                            "refused")
+        raise unowned_refusal(host, port, what)
     if guard.allows(host, port):
         guard.record("CONNECT", f"tcp://{host}:{port}", "", None)
         return
@@ -292,6 +300,3 @@ def uninstall_socket_guard() -> None:
             socket.create_connection = _ORIGINAL["create_connection"]
             _ORIGINAL.clear()
 
-
-def hosts_text(rules: Sequence[HostRule]) -> str:
-    return ", ".join(map(str, rules)) or "none"

@@ -104,9 +104,9 @@ def chat_stream(answer: AppAnswer) -> bytes:
     chunk, each tool call in one, then the finish reason with the usage, then ``[DONE]``."""
     head = {"id": _id(answer, "chatcmpl"), "object": "chat.completion.chunk", "created": 0,
             "model": answer.model}
-    chunks = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant",
-                                                           "content": answer.content},
-                                    "logprobs": None, "finish_reason": None}]}]
+    first = {"role": "assistant", "content": answer.content}
+    chunks = [{**head, "choices": [{"index": 0, "delta": first, "logprobs": None,
+                                    "finish_reason": None}]}]
     for i, call in enumerate(openai_tool_calls(answer.tool_calls)):
         chunks.append({**head, "choices": [{"index": 0, "delta": {"tool_calls": [
             {"index": i, **call}]}, "logprobs": None, "finish_reason": None}]})
@@ -116,7 +116,7 @@ def chat_stream(answer: AppAnswer) -> bytes:
     return _sse([(None, c) for c in chunks]) + b"data: [DONE]\n\n"
 
 
-# -- the Responses API ------------------------------------------------------------------------------
+# -- the Responses API -----------------------------------------------------------------------------
 
 
 def _responses_tools(tools: Any) -> list[dict[str, Any]]:

@@ -18,14 +18,26 @@ from biaslab.agents.app_models import AppCalls, intercepting
 from biaslab.agents.context import Bindings, CellContext
 from biaslab.agents.gateway import Gateway
 from biaslab.agents.providers import parse_model
-from biaslab.agents.providers.scripted import Rule, ScriptedChatModel, register_scripted
+from biaslab.agents.providers.scripted import (Reply, Rule, ScriptedChatModel, ToolCall,
+                                               register_scripted)
 from biaslab.errors import UserError
 from biaslab.prompts.exposure import CLEAN
 from biaslab.prompts.registry import PromptRegistry
 from support_http import FakeOpenAI, loopback_only
 
+
+
+def _answer(request):
+    if "lookup" in request.tools and not any(m["role"] == "tool" for m in request.messages):
+        return Reply(tool_calls=[ToolCall("lookup", {"applicant": "a1"}, "call-1")])
+    return "ok"
+
+
 register_scripted("egress-echo", lambda: ScriptedChatModel(name_="egress-echo",
-                                                           rules=[Rule(r".", lambda r: "ok")]))
+                                                           rules=[Rule(r".", _answer)]))
+LOOKUP = {"type": "function", "function": {"name": "lookup", "description": "Look up.",
+                                           "parameters": {"type": "object", "properties": {
+                                               "applicant": {"type": "string"}}}}}
 
 
 def _calls() -> AppCalls:
@@ -105,3 +117,34 @@ def test_allow_hosts_reads_hosts_ports_and_ipv6():
     for bad in (["a:b"], ["[::1"], "x", [""]):
         with pytest.raises(UserError):
             parse_allow_hosts(bad)
+
+
+def test_tool_calls_and_streams_reach_each_client_in_its_own_shape(production):
+    def sync_node(base: str):
+        client = openai.OpenAI(base_url=base, api_key="x", max_retries=0)
+        asked = client.chat.completions.create(model="m", tools=[LOOKUP], messages=[
+            {"role": "user", "content": "who?"}])
+        call = asked.choices[0].message.tool_calls[0]
+        streamed = "".join(c.choices[0].delta.content or "" for c in
+                           client.chat.completions.create(model="m", stream=True, messages=[
+                               {"role": "user", "content": "hi"}]) if c.choices)
+        flat = {k: LOOKUP["function"][k] for k in ("name", "description", "parameters")}
+        responded = client.responses.create(model="m", input="who?",
+                                            tools=[{"type": "function", **flat}])
+        return call, asked.choices[0].finish_reason, streamed, responded.output[0]
+
+    async def cell():
+        calls = _calls()
+        with intercepting(calls), guarding(calls):
+            found = await asyncio.to_thread(sync_node, production.base_url)
+        return found, calls
+
+    (call, finish, streamed, item), calls = asyncio.run(cell())
+    assert (call.function.name, call.function.arguments, call.id, finish) == \
+        ("lookup", '{"applicant": "a1"}', "call-1", "tool_calls")
+    assert streamed == "ok"
+    assert (item.type, item.name, item.call_id) == ("function_call", "lookup", "call-1")
+    first = calls.ctx.calls[0]
+    assert first.params["tools"] == [LOOKUP] and first.parsed["tool_calls"][0]["name"] == "lookup"
+    assert calls.ctx.calls[2].params["tools"][0]["function"]["name"] == "lookup"
+    assert production.requests == []

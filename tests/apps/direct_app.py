@@ -57,7 +57,8 @@ async def checker(state: Case) -> dict:
             "messages": [{"role": "system", "content": "You check references."},
                          {"role": "user", "content": f"Check the references:\n{state['case']}"}]})
     reply.raise_for_status()
-    return {"notes": [*state["notes"], f"checker: {reply.json()['choices'][0]['message']['content']}"]}
+    text = reply.json()["choices"][0]["message"]["content"]
+    return {"notes": [*state["notes"], f"checker: {text}"]}
 
 
 def panel(state: Case) -> dict:
@@ -78,7 +79,8 @@ def clerk(state: Case) -> dict:
         "model": "gpt-4o-mini",
         "messages": [{"role": "user", "content": f"File the case:\n{state['case']}"}]})
     reply.raise_for_status()
-    return {"notes": [*state["notes"], f"clerk: {reply.json()['choices'][0]['message']['content']}"]}
+    text = reply.json()["choices"][0]["message"]["content"]
+    return {"notes": [*state["notes"], f"clerk: {text}"]}
 
 
 async def summarizer(state: Case) -> dict:
