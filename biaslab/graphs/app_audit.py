@@ -484,6 +484,11 @@ class AppAudit(Protocol):
 
         return write_app_http(store, run_dir, APP_NODE)
 
+    def report_sections(self):
+        from biaslab.graphs.app_traffic import APP_HTTP_SECTION
+
+        return [APP_HTTP_SECTION]
+
     def prepare_plan(self, spec, options: AppOptions, models: list[ModelSpec],
                      aliases: Mapping[str, ModelSpec]):
         """Check the spec's node names against the app, run the discovery pass when the spec

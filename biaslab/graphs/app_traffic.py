@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["write_app_http", "HTTP_COLUMNS"]
+from biaslab.graphs.report_sections import ReportSection
+
+__all__ = ["write_app_http", "HTTP_COLUMNS", "APP_HTTP_SECTION"]
 
 HTTP_COLUMNS = ("cell_id", "item", "target", "direction", "node", "method", "url", "status",
                 "bytes")
@@ -35,3 +37,13 @@ def write_app_http(store, run_dir: Path, app_node: str) -> list[Path]:
     frame["bytes"] = frame["bytes"].astype("Int64")  # unknown (no Content-Length) stays empty
     frame.to_csv(path, index=False)
     return [path]
+
+
+APP_HTTP_SECTION = ReportSection(
+    title="The app's own traffic",
+    tables=("tables/app_http.csv",),
+    how_to_read="One row per request the app's own code sent, besides its model calls, to a "
+                "host the spec allows (allow_hosts): node, method (CONNECT for a client below "
+                "HTTP), URL without credentials, status and size. Every other connection was "
+                "refused and failed its cell.",
+    link_columns={"cell_id": "cell"})

@@ -105,6 +105,7 @@ def test_an_allowed_host_is_reached_and_recorded_and_strict_replay_sends_nothing
     assert set(lookups["url"]) == {f"http://127.0.0.1:{records.port}/records?case=1"}
     assert set(table.loc[table["node"] == "registry", "method"]) == {"CONNECT"}
     assert "sk-records-secret" not in (tmp_path / "run" / "tables" / "app_http.csv").read_text()
+    assert "The app&#x27;s own traffic" in (tmp_path / "run" / "report.html").read_text()
 
     capsys.readouterr()
     assert cli("replay", tmp_path / "run", "--mode", "strict", "--out", tmp_path / "s",
