@@ -19,7 +19,8 @@ the base class, so whatever class the app built and wherever it built it, the ca
 The app's own endpoint is never contacted: its model object is only read for its name in
 errors. A call made while the patch is on but outside any audited cell (another thread that
 did not inherit the cell's context) is refused rather than sent. Nothing stays patched once
-no audited cell runs.
+no audited cell runs. Calls through other clients (the OpenAI SDK, raw HTTP) take the same
+`answer_call` from `biaslab.agents.app_egress`.
 """
 
 from __future__ import annotations
