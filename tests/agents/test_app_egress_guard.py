@@ -148,3 +148,28 @@ def test_tool_calls_and_streams_reach_each_client_in_its_own_shape(production):
     assert first.params["tools"] == [LOOKUP] and first.parsed["tool_calls"][0]["name"] == "lookup"
     assert calls.ctx.calls[2].params["tools"][0]["function"]["name"] == "lookup"
     assert production.requests == []
+
+
+def test_clients_below_http_are_refused_at_the_socket_naming_the_host(production):
+    import urllib.error
+    import urllib.request
+
+    met: list[BaseException] = []
+
+    async def cell():
+        calls = _calls()
+        with intercepting(calls), guarding(calls):
+            try:
+                urllib.request.urlopen(f"{production.base_url}/models", timeout=2)
+            except urllib.error.URLError as exc:  # what the app's urllib meets
+                met.append(exc)
+            try:
+                await asyncio.open_connection("127.0.0.1", production.port)
+            except OSError as exc:  # an asyncio client (aiohttp's way down)
+                met.append(exc)
+
+    with pytest.raises(CellRefused) as failed:
+        asyncio.run(cell())
+    assert f"opened a connection to 127.0.0.1:{production.port}: refused" in str(failed.value)
+    assert "(and 1 more)" in str(failed.value)
+    assert len(met) == 2 and production.requests == []
