@@ -38,7 +38,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from biaslab.agents.ask import call_seed, complete_recorded
 from biaslab.agents.context import CellContext
-from biaslab.agents.tool_answers import decode_answer, openai_tool_calls
+from biaslab.agents.structured_output import openai_answer_fields, response_format_param
+from biaslab.agents.tool_answers import decode_answer, openai_tool_calls, refusal_of
 from biaslab.errors import ModelCallError
 from biaslab.prompts.exposure import apply_exposures
 from biaslab.traces.records import CallRecord
@@ -144,9 +145,8 @@ def _request_args(kwargs: Mapping[str, Any]) -> dict[str, Any]:
         value = kwargs.get(key)
         if value is None:
             continue
-        if key == "response_format" and isinstance(value, type):
-            value = value.model_json_schema() if hasattr(value, "model_json_schema") \
-                else value.__name__
+        if key == "response_format":  # the form the OpenAI API takes (structured_output)
+            value = response_format_param(value)
         out[key] = _jsonable(value)
     return out
 
@@ -182,17 +182,21 @@ async def _complete(calls: AppCalls, model: BaseChatModel, messages: list[BaseMe
     describe = f"app node '{node}' call {sample} in cell {ctx.cell_id}"
     done = await complete_recorded(ctx, spec, record, sample, describe)
     content, tool_calls = decode_answer(done.raw)
-    record.parsed = {"tool_calls": tool_calls} if tool_calls else None
+    refusal = refusal_of(done.raw)
+    record.parsed = {"tool_calls": tool_calls} if tool_calls else \
+        {"refusal": refusal} if refusal else None
     ctx.calls.append(record)
     usage = {"input_tokens": done.input_tokens, "output_tokens": done.output_tokens,
              "total_tokens": done.input_tokens + done.output_tokens}
+    # what langchain-openai would add for a structured-output request (parsed, refusal)
+    extra, meta = openai_answer_fields(model, kwargs.get("response_format"), content, refusal)
     message = AIMessage(content=content, id=f"biaslab-{done.cache_key[:16]}-{sample}",
                         tool_calls=[{"id": c["id"], "name": c["name"], "args": c["args"],
                                      "type": "tool_call"} for c in tool_calls],
-                        usage_metadata=usage,
+                        additional_kwargs=extra, usage_metadata=usage,
                         response_metadata={"model_name": spec.label,
                                            "finish_reason": "tool_calls" if tool_calls
-                                           else "stop"})
+                                           else "stop", **meta})
     return ChatResult(generations=[ChatGeneration(message=message)])
 
 
