@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from biaslab.agents.app_models import APP_PROMPT, AppCalls, intercepting
 from biaslab.agents.context import Bindings, CellContext
-from biaslab.agents.gateway import Gateway, RetryPolicy
+from biaslab.agents.gateway import Gateway, RetryPolicy, RunCounters
 from biaslab.agents.providers import ModelSpec, parse_model
 from biaslab.errors import ModelCallError, UserError
 from biaslab.graphs.llm_nodes import LLMNode
@@ -49,6 +49,8 @@ from biaslab.traces.shared_cache import open_shared_cache
 __all__ = ["AppAudit", "AppOptions", "APP_NODE", "app_spec_options", "load_app", "read_items",
            "outcome_of", "state_json"]
 
+DISCOVERY_CONDITION = "discovery"
+"""The condition ``cache_use.csv`` lists the discovery pass's calls under."""
 APP_NODE = "app"
 """biaslab's one node around the app: its output holds the outcome and the final state."""
 _TARGET_KEYWORDS = ("all", "singletons", "each_and_all", "each")
@@ -490,8 +492,12 @@ class AppAudit(Protocol):
                 raise UserError(f"[mitigations.{name}]: an after-answer self-check needs a node "
                                 "that parses its own answer; an app's nodes take a position "
                                 "such as system-append or user-prefix")
+        self.setup_counters = None
         if options.discovered is None:
-            found = _discover(self, spec, options, models, aliases)
+            found, paid = _discover(self, spec, options, models, aliases)
+            if paid is not None:  # the pass ran now: this run's accounting counts it
+                found = {**found, "accounting": paid[0]}
+                self.setup_counters = paid[1]
             spec = spec.model_copy(update={"options": {**spec.options, "discovered": found}})
             options = self.parse_options(spec.options)
         recorded = options.discovered.get("app_sha")
@@ -507,6 +513,22 @@ class AppAudit(Protocol):
                     f"'{options.discovered.get('item')}' (nodes that call one: "
                     f"{', '.join(nodes) or 'none'})")
         return spec, options
+
+
+    setup_counters: RunCounters | None = None
+    """What the discovery pass cost, when it ran while this plan was made (the runner adds it
+    to the run's counters, so ``N model calls`` counts every call that reached a model)."""
+
+    def setup_calls(self, options: AppOptions) -> list[dict[str, Any]]:
+        """The discovery pass's calls per node, as rows of ``cache_use.csv`` (condition
+        ``discovery``): none when the run found its nodes in the memo or the spec."""
+        paid = (options.discovered or {}).get("accounting") or {}
+        model = paid.get("model", "")
+        return [{"variant": self.variants(options)[0], "node": node,
+                 "condition": DISCOVERY_CONDITION, "model": model, "calls": n,
+                 "model_calls": paid.get("model_calls", {}).get(node, 0),
+                 "cache_hits": n - paid.get("model_calls", {}).get(node, 0)}
+                for node, n in (paid.get("calls") or {}).items()]
 
 
 def _named_nodes(spec) -> list[tuple[str, str]]:
@@ -538,8 +560,10 @@ def _memo_path() -> Path | None:
 
 
 def _discover(proto: AppAudit, spec, options: AppOptions, models: list[ModelSpec],
-              aliases: Mapping[str, ModelSpec]) -> dict[str, Any]:
-    """Run the first item clean on the first model, recording which nodes call a model.
+              aliases: Mapping[str, ModelSpec]
+              ) -> tuple[dict[str, Any], tuple[dict[str, Any], RunCounters] | None]:
+    """Run the first item clean on the first model, recording which nodes call a model;
+    (what it found, what it cost, or None when the memo answered and it did not run).
 
     Kept beside the shared cache (``app_nodes.json``), keyed by the app's and items' content,
     the model and the seed, and its calls in the shared cache: a second run pays nothing."""
@@ -563,8 +587,8 @@ def _discover(proto: AppAudit, spec, options: AppOptions, models: list[ModelSpec
         except (OSError, ValueError):
             known = {}
         if isinstance(known, dict) and isinstance(known.get(key), dict):
-            return known[key]
-    found = _run_discovery(proto, spec, options, first, seed, models[0], node_models)
+            return known[key], None
+    found, paid = _run_discovery(proto, spec, options, first, seed, models[0], node_models)
     if memo is not None:
         try:
             known = known if isinstance(known, dict) else {}
@@ -573,14 +597,16 @@ def _discover(proto: AppAudit, spec, options: AppOptions, models: list[ModelSpec
             memo.write_text(json.dumps(known, sort_keys=True), encoding="utf-8")
         except OSError:
             pass  # a memo that cannot be written costs one more pass, never the run
-    return found
+    return found, paid
 
 
 def _run_discovery(proto: AppAudit, spec, options: AppOptions, first: str, seed: int,
-                   model: ModelSpec, node_models: dict[str, ModelSpec]) -> dict[str, Any]:
+                   model: ModelSpec, node_models: dict[str, ModelSpec]
+                   ) -> tuple[dict[str, Any], tuple[dict[str, Any], RunCounters]]:
+    """(what the pass found, (its calls per node for ``cache_use.csv``, its counters))."""
     shared = shared_cache_path()
 
-    async def go() -> dict[str, Any]:
+    async def go() -> tuple[dict[str, Any], tuple[dict[str, Any], RunCounters]]:
         cache = open_shared_cache(shared) if shared else None
         try:
             gateway = Gateway(caches=[cache] if cache else [],
@@ -604,11 +630,17 @@ def _run_discovery(proto: AppAudit, spec, options: AppOptions, first: str, seed:
                 raise UserError(f"the app failed on item '{first}' in the discovery pass: "
                                 f"{type(exc).__name__}: {exc}") from None
             tokens: dict[str, float] = {}
+            made: dict[str, int] = {}
+            paid: dict[str, int] = {}
             for record in ctx.calls:
                 tokens[record.node] = tokens.get(record.node, 0) + record.input_tokens \
                     + record.output_tokens
-            return {"item": first, "model": model.label, "seed": seed,
-                    "nodes": dict(calls.nodes), "tokens": tokens, "app_sha": _app_sha(options)}
+                made[record.node] = made.get(record.node, 0) + 1
+                paid[record.node] = paid.get(record.node, 0) + (not record.cache_hit)
+            found = {"item": first, "model": model.label, "seed": seed,
+                     "nodes": dict(calls.nodes), "tokens": tokens, "app_sha": _app_sha(options)}
+            return found, ({"model": model.label, "calls": made, "model_calls": paid},
+                           gateway.counters)
         finally:
             if cache is not None:
                 cache.close()
