@@ -37,6 +37,7 @@ from biaslab.agents.context import Bindings, CellContext
 from biaslab.agents.gateway import Gateway, RetryPolicy, RunCounters
 from biaslab.agents.providers import ModelSpec, parse_model
 from biaslab.errors import ModelCallError, UserError
+from biaslab.graphs.langgraph_config import is_langgraph_ref, resolve_langgraph_ref
 from biaslab.graphs.llm_nodes import LLMNode
 from biaslab.graphs.lanes import OWN_TASK
 from biaslab.graphs.registry import (Protocol, _file_sha, _import_module, _load_file, protocol)
@@ -46,7 +47,7 @@ from biaslab.prompts.registry import PromptRegistry
 from biaslab.traces.cache import shared_cache_path
 from biaslab.traces.shared_cache import open_shared_cache
 
-__all__ = ["AppAudit", "AppOptions", "APP_NODE", "app_spec_options", "load_app", "read_items",
+__all__ = ["AppAudit", "AppOptions", "APP_NODE", "check_unambiguous", "app_spec_options", "load_app", "read_items",
            "outcome_of", "state_json"]
 
 DISCOVERY_CONDITION = "discovery"
@@ -123,7 +124,14 @@ def app_spec_options(data: Mapping[str, Any]) -> dict[str, Any]:
 # -- loading the app and its items ----------------------------------------------------------------
 
 
+def concrete_ref(ref: str) -> str:
+    """The app's ``file.py:attribute`` or ``module:attribute``; a ``langgraph.json:NAME``
+    resolved as LangGraph's tooling reads it (`biaslab.graphs.langgraph_config`)."""
+    return resolve_langgraph_ref(ref) if is_langgraph_ref(ref) else ref
+
+
 def _loaded(ref: str):
+    ref = concrete_ref(ref)
     target, colon, attr = ref.rpartition(":")
     if not colon or not target or not attr:
         raise UserError(f"app: '{ref}' must read file.py:attribute or module:attribute")
@@ -152,6 +160,7 @@ def load_app(ref: str):
     zero-argument function returning either. One line when it is none of these."""
     from langgraph.pregel import Pregel
 
+    ref = concrete_ref(ref)
     key = ref
     if ref.partition(":")[0].endswith(".py"):
         path = Path(ref.rpartition(":")[0])
@@ -160,8 +169,8 @@ def load_app(ref: str):
         return _APPS[key]
     value = _loaded(ref)
     if callable(value) and not isinstance(value, (Pregel, StateGraph)):
-        try:
-            value = value()
+        try:  # a factory; LangGraph's tooling also passes one a config (RunnableConfig)
+            value = value({"configurable": {}}) if _takes_config(value) else value()
         except UserError:
             raise
         except Exception as exc:
@@ -180,6 +189,18 @@ def load_app(ref: str):
     return value
 
 
+def _takes_config(factory) -> bool:
+    import inspect
+
+    try:
+        params = [p for p in inspect.signature(factory).parameters.values()
+                  if p.default is inspect.Parameter.empty
+                  and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return False
+    return len(params) == 1
+
+
 def graph_nodes(app, prefix: str = "") -> list[str]:
     """The app's node names, subgraph nodes as ``parent/child``, from its structure (nodes
     that run a subgraph inside their own code are found by the discovery pass instead)."""
@@ -193,6 +214,19 @@ def graph_nodes(app, prefix: str = "") -> list[str]:
         if runnable is not None and isinstance(getattr(runnable, "builder", None), StateGraph):
             out += graph_nodes(runnable, f"{prefix}{name}/")
     return out
+
+
+def check_unambiguous(paths: list[str], app: str) -> None:
+    """One line when two nodes of the app's structure share a path: a top-level node named
+    ``review/a`` and node ``a`` of subgraph ``review`` would be recorded, exposed and
+    mitigated as one node."""
+    seen: set[str] = set()
+    for path in paths:
+        if path in seen:
+            raise UserError(f"app {app}: two nodes are both '{path}' (a node whose name holds "
+                            "'/' and a node of a subgraph); biaslab names a subgraph's nodes "
+                            "parent/child, so rename one of them")
+        seen.add(path)
 
 
 def _input_keys(app) -> set[str] | None:
@@ -475,6 +509,7 @@ class AppAudit(Protocol):
         Returns the spec with ``options.discovered`` set, and its options."""
         app = load_app(options.app)
         structural = graph_nodes(app)
+        check_unambiguous(structural, options.app)
         named = _named_nodes(spec)
         tops = {n.split("/")[0] for n in structural}
         for where, name in named:
@@ -550,7 +585,7 @@ def _named_nodes(spec) -> list[tuple[str, str]]:
 
 def _app_sha(options: AppOptions) -> str:
     """The app file's content hash ("" for an app imported as a module)."""
-    path = Path(options.app.rpartition(":")[0])
+    path = Path(concrete_ref(options.app).rpartition(":")[0])
     return _file_sha(path) if path.suffix == ".py" and path.is_file() else ""
 
 
@@ -571,7 +606,7 @@ def _discover(proto: AppAudit, spec, options: AppOptions, models: list[ModelSpec
     seed = spec.run.seeds[0]
     node_models = {name: parse_model(s.model, aliases) for name, s in spec.nodes.items()
                    if s.model}
-    app_ref = options.app
+    app_ref = concrete_ref(options.app)
     app_file = Path(app_ref.rpartition(":")[0])
     key = hashlib.sha256(json.dumps({
         "app": app_ref, "app_sha": _file_sha(app_file) if app_file.is_file() else "",

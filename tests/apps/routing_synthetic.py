@@ -51,3 +51,15 @@ register_scripted("routing-synthetic", lambda: ScriptedChatModel(
     name_="routing-synthetic", rules=[Rule(r"Who works next", _route),
                                       Rule(r"Final decision", _decide),
                                       Rule(r"Screen this case", _screen)]))
+
+
+def _fair(request):
+    if "Who works next" in request.user:
+        return _route(request)
+    if "Final decision" in request.user:
+        return Decision(choice="either")
+    return "Nothing either way."
+
+
+register_scripted("routing-fair", lambda: ScriptedChatModel(name_="routing-fair",
+                                                            rules=[Rule(r".", _fair)]))
