@@ -14,7 +14,9 @@ the base class, so whatever class the app built and wherever it built it, the ca
 2. gets the cell's exposures and mitigations for that node, at their positions;
 3. goes to the cell's model for that node (the model axis, or ``[nodes.NAME]``) through the
    gateway: cached, retried, counted, replayable, recorded as a `CallRecord`;
-4. comes back to the app as the ``AIMessage`` it expects, tool calls included.
+4. comes back to the app as the ``AIMessage`` it expects, tool calls included, and for a
+   structured-output request what langchain-openai would add (``parsed``, ``refusal``;
+   `biaslab.agents.structured_output`).
 
 The app's own endpoint is never contacted: its model object is only read for its name in
 errors. A call made while the patch is on but outside any audited cell (another thread that

@@ -141,3 +141,24 @@ def test_each_provider_gets_the_schema_in_its_own_form():
     assert response_format_param({"title": "R", "type": "object"}) == {
         "type": "json_schema", "json_schema": {"name": "R", "strict": False,
                                                "schema": {"title": "R", "type": "object"}}}
+
+
+@pytest.mark.local_model
+def test_the_embedded_model_answers_the_schema_it_is_sent():
+    """One short call to the embedded SmolLM2: the recorded OpenAI form becomes its
+    json_schema constraint, so even a 135M model writes a valid ``Route``."""
+    from biaslab.errors import ModelCallError as Failed
+
+    async def go():
+        gateway = Gateway()
+        done = await gateway.complete(
+            parse_model("local"), [{"role": "user", "content": "Who works next? As JSON."}],
+            {"max_tokens": 30, "seed": 1, "temperature": 0.0,
+             "response_format": response_format_param(Route)}, 0)
+        with pytest.raises(Failed, match="does not call tools"):
+            await gateway.complete(parse_model("local"), [{"role": "user", "content": "x"}],
+                                   {"max_tokens": 5, "seed": 1, "tools": [
+                                       {"type": "function", "function": {"name": "f"}}]}, 0)
+        return done.raw
+
+    assert Route.model_validate_json(asyncio.run(go())).next in ("screener", "decider")
