@@ -47,8 +47,9 @@ from biaslab.prompts.registry import PromptRegistry
 from biaslab.traces.cache import shared_cache_path
 from biaslab.traces.shared_cache import open_shared_cache
 
-__all__ = ["AppAudit", "AppOptions", "APP_NODE", "check_unambiguous", "app_spec_options", "load_app", "read_items",
-           "outcome_of", "state_json"]
+__all__ = ["AppAudit", "AppOptions", "APP_NODE", "DISCOVERY_CONDITION", "check_unambiguous",
+           "app_spec_options", "concrete_ref", "load_app", "read_items", "outcome_of",
+           "state_json"]
 
 DISCOVERY_CONDITION = "discovery"
 """The condition ``cache_use.csv`` lists the discovery pass's calls under."""
@@ -81,7 +82,9 @@ class AppOptions(BaseModel):
     """LangGraph steps one item may take."""
     discovered: dict[str, Any] | None = None
     """Set by the discovery pass: ``nodes`` (node → calls on the first item, in order of
-    first call), ``tokens`` (node → tokens) and the ``item`` and ``model`` it ran."""
+    first call), ``tokens`` (node → tokens) and the ``item`` and ``model`` it ran; and
+    ``accounting`` (its calls and paid calls per node) when the pass ran for this run rather
+    than being read from the memo, for ``cache_use.csv``."""
 
 
 def app_spec_options(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -385,6 +388,9 @@ class AppAudit(Protocol):
 
     name = "app-audit"
     Options = AppOptions
+    setup_counters: RunCounters | None = None
+    """What the discovery pass cost, when it ran while this plan was made (the runner adds it
+    to the run's counters, so ``N model calls`` counts every call that reached a model)."""
 
     def parse_options(self, raw: Mapping[str, Any]) -> AppOptions:
         options = super().parse_options(raw)
@@ -548,11 +554,6 @@ class AppAudit(Protocol):
                     f"'{options.discovered.get('item')}' (nodes that call one: "
                     f"{', '.join(nodes) or 'none'})")
         return spec, options
-
-
-    setup_counters: RunCounters | None = None
-    """What the discovery pass cost, when it ran while this plan was made (the runner adds it
-    to the run's counters, so ``N model calls`` counts every call that reached a model)."""
 
     def setup_calls(self, options: AppOptions) -> list[dict[str, Any]]:
         """The discovery pass's calls per node, as rows of ``cache_use.csv`` (condition
