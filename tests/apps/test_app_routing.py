@@ -12,7 +12,9 @@ import os
 import pandas as pd
 import pytest
 
+from biaslab.agents.providers.scripted import Reply, ScriptedRequest
 from support_apps import HERE, calls, cli, copy_app, effects, exposed_only_at_targets, outputs
+from support_http import FakeOpenAI, Seen, loopback_only
 from support_runs import _tables
 
 SPEC = HERE / "routing_audit.toml"
@@ -132,3 +134,62 @@ def test_a_langgraph_json_without_that_graph_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["biaslab: error: app: langgraph.json has no graph 'b' (its graphs: a)"] \
         or (len(err) == 1 and "has no graph 'b' (its graphs: a)" in err[0])
+
+
+class SchemaServer(FakeOpenAI):
+    """A FakeOpenAI that answers with the routing app's scripted rules: the JSON a model
+    following the request's schema writes, or OpenAI's refusal shape (``content`` null,
+    ``refusal`` set) where the rules refuse."""
+
+    def _handle(self, path, headers, body):
+        import routing_synthetic
+
+        request = ScriptedRequest(tuple({**m, "content": m.get("content") or ""}
+                                        for m in body.get("messages", [])), body, 0)
+        text = request.text
+        answer = (routing_synthetic._route if "Who works next" in text else
+                  routing_synthetic._decide if "Final decision" in text else
+                  routing_synthetic._screen)(request)
+        if isinstance(answer, Reply):
+            message = {"role": "assistant", "content": None, "refusal": answer.refusal}
+        else:
+            message = {"role": "assistant", "refusal": None,
+                       "content": answer if isinstance(answer, str) else
+                       answer.model_dump_json()}
+        with self._lock:
+            self.requests.append(Seen(path, headers, body))
+        return 200, {}, {"id": "x", "object": "chat.completion", "created": 1,
+                         "model": body.get("model"),
+                         "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+                         "usage": {"prompt_tokens": 10, "completion_tokens": 2,
+                                   "total_tokens": 12}}, None
+
+
+def test_over_http_the_endpoint_gets_openais_json_schema_and_a_refusal_stays_one(
+        tmp_path, monkeypatch, capsys):
+    loopback_only(monkeypatch)
+    monkeypatch.syspath_prepend(str(HERE))
+    monkeypatch.setenv("BIASLAB_CACHE", str(tmp_path / "cache.sqlite"))
+    with SchemaServer() as server:
+        spec = tmp_path / "spec.toml"
+        spec.write_text(SPEC.read_text().replace('"routing_', f'"{HERE}/routing_').replace(
+            'models = ["scripted:routing-synthetic"]', 'models = ["fake"]') +
+            f'\n[model_aliases.fake]\nprovider = "openai-compatible"\nmodel = "m"\n'
+            f'base_url = "{server.base_url}"\n')
+        assert cli("run", spec, "--out", tmp_path / "run", "--quiet") == 0
+        sent = [r.body for r in server.requests]
+        routes = [r["response_format"] for r in sent if "Who works next" in str(r["messages"])]
+        assert routes and all(f["type"] == "json_schema" and f["json_schema"]["name"] == "Route"
+                              and f["json_schema"]["strict"] is True for f in routes)
+        assert effects(tmp_path / "run")[("decider:pro_older", "decision=older")] == 1.0
+
+        # a refusal comes back as a refusal: recorded, cached, and raised to the app
+        items = tmp_path / "refuse.jsonl"
+        items.write_text('{"id": "z", "case": "Please refuse this case."}\n')
+        spec.write_text(spec.read_text().replace(f'"{HERE}/routing_items.jsonl"',
+                                                 f'"{items}"'))
+        capsys.readouterr()
+        assert cli("run", spec, "--out", tmp_path / "refused", "--quiet") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "OpenAIRefusalError" in err[0], err  # the app's parser raised it
+    assert "I can't decide that." in err[0]
