@@ -14,7 +14,9 @@ the base class, so whatever class the app built and wherever it built it, the ca
 2. gets the cell's exposures and mitigations for that node, at their positions;
 3. goes to the cell's model for that node (the model axis, or ``[nodes.NAME]``) through the
    gateway: cached, retried, counted, replayable, recorded as a `CallRecord`;
-4. comes back to the app as the ``AIMessage`` it expects, tool calls included.
+4. comes back to the app as the ``AIMessage`` it expects, tool calls included, and for a
+   structured-output request what langchain-openai would add (``parsed``, ``refusal``;
+   `biaslab.agents.structured_output`).
 
 The app's own endpoint is never contacted: its model object is only read for its name in
 errors. A call made while the patch is on but outside any audited cell (another thread that
@@ -39,7 +41,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from biaslab.agents.ask import call_seed, complete_recorded
 from biaslab.agents.context import CellContext
-from biaslab.agents.tool_answers import decode_answer, openai_tool_calls
+from biaslab.agents.structured_output import openai_answer_fields, response_format_param
+from biaslab.agents.tool_answers import decode_answer, openai_tool_calls, refusal_of
 from biaslab.errors import ModelCallError
 from biaslab.prompts.exposure import apply_exposures
 from biaslab.traces.records import CallRecord
@@ -145,9 +148,8 @@ def _request_args(kwargs: Mapping[str, Any]) -> dict[str, Any]:
         value = kwargs.get(key)
         if value is None:
             continue
-        if key == "response_format" and isinstance(value, type):
-            value = value.model_json_schema() if hasattr(value, "model_json_schema") \
-                else value.__name__
+        if key == "response_format":  # the form the OpenAI API takes (structured_output)
+            value = response_format_param(value)
         out[key] = _jsonable(value)
     return out
 
@@ -163,6 +165,7 @@ class AppAnswer:
     cache_key: str
     sample: int
     model: str
+    refusal: str | None = None
 
 
 async def answer_call(calls: AppCalls, node: str, step: Any, sent: list[dict[str, Any]],
@@ -196,10 +199,12 @@ async def answer_call(calls: AppCalls, node: str, step: Any, sent: list[dict[str
     describe = f"app node '{node}' call {sample} in cell {ctx.cell_id}"
     done = await complete_recorded(ctx, spec, record, sample, describe)
     content, tool_calls = decode_answer(done.raw)
-    record.parsed = {"tool_calls": tool_calls} if tool_calls else None
+    refusal = refusal_of(done.raw)
+    record.parsed = {"tool_calls": tool_calls} if tool_calls else \
+        {"refusal": refusal} if refusal else None
     ctx.calls.append(record)
     return AppAnswer(content, tool_calls, done.input_tokens, done.output_tokens,
-                     done.cache_key, sample, spec.label)
+                     done.cache_key, sample, spec.label, refusal)
 
 
 async def _complete(calls: AppCalls, model: BaseChatModel, messages: list[BaseMessage],
@@ -213,14 +218,17 @@ async def _complete(calls: AppCalls, model: BaseChatModel, messages: list[BaseMe
     usage = {"input_tokens": answer.input_tokens, "output_tokens": answer.output_tokens,
              "total_tokens": answer.input_tokens + answer.output_tokens}
     tool_calls = answer.tool_calls
+    # what langchain-openai would add for a structured-output request (parsed, refusal)
+    extra, meta = openai_answer_fields(model, kwargs.get("response_format"), answer.content,
+                                       answer.refusal)
     message = AIMessage(content=answer.content,
                         id=f"biaslab-{answer.cache_key[:16]}-{answer.sample}",
                         tool_calls=[{"id": c["id"], "name": c["name"], "args": c["args"],
                                      "type": "tool_call"} for c in tool_calls],
-                        usage_metadata=usage,
+                        additional_kwargs=extra, usage_metadata=usage,
                         response_metadata={"model_name": answer.model,
                                            "finish_reason": "tool_calls" if tool_calls
-                                           else "stop"})
+                                           else "stop", **meta})
     return ChatResult(generations=[ChatGeneration(message=message)])
 
 

@@ -30,6 +30,7 @@ from biaslab.agents.app_guard import own_traffic
 from biaslab.agents.providers import ModelSpec, build_chat_model
 from biaslab.agents.redaction import redact, secrets_of
 from biaslab.agents.providers.answer_sheet import is_answer_sheet
+from biaslab.agents.structured_output import provider_kwargs
 from biaslab.agents.tool_answers import encode_answer, from_openai_tool_calls
 from biaslab.errors import ModelCallError, ReplayMiss
 from biaslab.traces.cache import CachedResponse, CallCache, identity_json, is_cacheable, keyed_by
@@ -226,8 +227,9 @@ async def _send_lc(model, messages, kwargs) -> tuple[str, dict[str, int]]:
     result = await model._agenerate(turns, **kwargs)
     message = result.generations[0].message
     raw = message.content if isinstance(message.content, str) else str(message.content)
-    if getattr(message, "tool_calls", None):
-        raw = encode_answer(raw, message.tool_calls)
+    refusal = (getattr(message, "additional_kwargs", None) or {}).get("refusal")
+    if getattr(message, "tool_calls", None) or refusal:
+        raw = encode_answer(raw, getattr(message, "tool_calls", None) or [], refusal)
     return raw, dict(getattr(message, "usage_metadata", None) or {})
 
 
@@ -261,8 +263,10 @@ async def _send_openai(model, messages, kwargs) -> tuple[str, dict[str, int]]:
     message = (choices[0] or {}).get("message") if choices else None
     raw = (message or {}).get("content") or ""
     raw = raw if isinstance(raw, str) else json.dumps(raw)
-    if (message or {}).get("tool_calls"):  # an audited app's tool loop (agents.tool_answers)
-        raw = encode_answer(raw, from_openai_tool_calls(message["tool_calls"]))
+    if (message or {}).get("tool_calls") or (message or {}).get("refusal"):
+        # an audited app's tool loop, or a refused structured output (agents.tool_answers)
+        raw = encode_answer(raw, from_openai_tool_calls(message.get("tool_calls")),
+                            message.get("refusal"))
     usage = data.get("usage")
     if not isinstance(usage, dict):
         return raw, {}
@@ -521,6 +525,12 @@ class Gateway:
         if spec.provider not in _OWN_PROVIDERS:
             kwargs.pop("grammar", None)
             kwargs.pop("json_schema", None)
+        try:  # a structured-output schema in the form this provider's endpoint takes
+            kwargs = provider_kwargs(spec.provider, kwargs)
+        except ModelCallError as exc:  # a request this provider cannot answer at all
+            self.counters.errors += 1
+            raise CallFailure(f"{describe or 'model call ' + key[:12]}: {exc}", status=exc.status,
+                              attempts=0, attempt_errors=[str(exc)], cache_key=key) from exc
         limiter = None
         if spec.rps:
             limiter = self._limiters.setdefault(spec.endpoint, _RateLimiter(spec.rps))

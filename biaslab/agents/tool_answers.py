@@ -8,8 +8,10 @@ JSON object under a key no model writes by chance::
      "content": ""}
 
 so the cache key, the cache entry and the record of a tool-calling answer are as exact as those
-of a text answer, and a strict replay hands the app the very same tool calls. Plain text
-answers stay plain text. Requests use OpenAI's chat message shape (``role``, ``content``,
+of a text answer, and a strict replay hands the app the very same tool calls. A refusal of a
+structured-output request (OpenAI's ``message.refusal``) is kept the same way, as
+``{"biaslab_refusal": "I can't help with that.", "content": ""}``, so the app gets it back as
+a refusal, never as text to parse. Plain text answers stay plain text. Requests use OpenAI's chat message shape (``role``, ``content``,
 ``tool_calls``, ``tool_call_id``), which the OpenAI-compatible endpoints take as they are.
 """
 
@@ -19,10 +21,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-__all__ = ["ToolCall", "Reply", "encode_answer", "decode_answer", "openai_tool_calls",
-           "from_openai_tool_calls", "TOOL_CALLS_KEY"]
+__all__ = ["ToolCall", "Reply", "encode_answer", "decode_answer", "refusal_of",
+           "openai_tool_calls", "from_openai_tool_calls", "TOOL_CALLS_KEY", "REFUSAL_KEY"]
 
 TOOL_CALLS_KEY = "biaslab_tool_calls"
+REFUSAL_KEY = "biaslab_refusal"
 
 
 @dataclass(frozen=True)
@@ -36,14 +39,21 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Reply:
-    """What a scripted model answers when it calls tools (a plain string answers text)."""
+    """What a scripted model answers when it calls tools or refuses a structured-output
+    request (a plain string answers text; a dict or a pydantic object answers a schema)."""
 
     content: str = ""
     tool_calls: Sequence[ToolCall] = ()
+    refusal: str | None = None
 
 
-def encode_answer(content: str, tool_calls: Sequence[Mapping[str, Any] | ToolCall]) -> str:
-    """The answer as the gateway keeps it: `content` alone when there is no tool call."""
+def encode_answer(content: str, tool_calls: Sequence[Mapping[str, Any] | ToolCall],
+                  refusal: str | None = None) -> str:
+    """The answer as the gateway keeps it: `content` alone when there is no tool call and no
+    refusal."""
+    if refusal:
+        return json.dumps({REFUSAL_KEY: str(refusal), "content": content or ""},
+                          sort_keys=True, ensure_ascii=False)
     if not tool_calls:
         return content
     calls = []
@@ -56,8 +66,23 @@ def encode_answer(content: str, tool_calls: Sequence[Mapping[str, Any] | ToolCal
                       ensure_ascii=False)
 
 
+def refusal_of(raw: str) -> str | None:
+    """The refusal a kept answer holds, or None."""
+    if raw.startswith("{") and REFUSAL_KEY in raw:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return None
+        if isinstance(data, dict) and isinstance(data.get(REFUSAL_KEY), str):
+            return data[REFUSAL_KEY]
+    return None
+
+
 def decode_answer(raw: str) -> tuple[str, list[dict[str, Any]]]:
-    """(text, tool calls as ``{"id", "name", "args"}``) of a kept answer."""
+    """(text, tool calls as ``{"id", "name", "args"}``) of a kept answer (a refusal's text is
+    its ``content``, usually empty: read the refusal with `refusal_of`)."""
+    if refusal_of(raw) is not None:
+        return str(json.loads(raw).get("content") or ""), []
     if raw.startswith("{") and TOOL_CALLS_KEY in raw:
         try:
             data = json.loads(raw)

@@ -627,6 +627,10 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
                       retry=RetryPolicy(max_attempts=plan.spec.run.max_attempts,
                                         base_s=plan.spec.run.retry_base_s),
                       on_store=store.put_cache, batch_writes=True)
+    setup = getattr(plan.protocol, "setup_counters", None)
+    if setup is not None:  # calls made while the plan was made (an app's discovery pass)
+        for name in vars(setup):
+            setattr(gateway.counters, name, getattr(gateway.counters, name) + getattr(setup, name))
     graphs = _Batches(plan)
     store.batch_s = _COMMIT_EVERY_S
     result = RunResult(run_dir, plan.n_cells(), counters=gateway.counters)

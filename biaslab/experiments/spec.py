@@ -350,8 +350,10 @@ def load_spec(path: str | Path, *, scale: str | None = None) -> ExperimentSpec:
     for key, value in spec.options.items():
         if isinstance(value, str) and key.endswith(PATH_OPTION_SUFFIXES):
             spec.options[key] = resolve(value)
-        elif isinstance(value, str) and re.fullmatch(r".+\.py:\w+", value):
-            file, _, name = value.rpartition(":")  # a function of yours, as in `protocol`
+        elif isinstance(value, str) and (re.fullmatch(r".+\.py:\w+", value)
+                                         or re.fullmatch(r".+\.json:[\w.-]+", value)):
+            # a function of yours, as in `protocol`, or a graph of a langgraph.json
+            file, _, name = value.rpartition(":")
             spec.options[key] = f"{resolve(file)}:{name}"
     return spec
 

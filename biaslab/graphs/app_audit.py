@@ -36,9 +36,10 @@ from biaslab.agents.app_egress import guarding
 from biaslab.agents.app_guard import parse_allow_hosts
 from biaslab.agents.app_models import APP_PROMPT, AppCalls, intercepting
 from biaslab.agents.context import Bindings, CellContext
-from biaslab.agents.gateway import Gateway, RetryPolicy
+from biaslab.agents.gateway import Gateway, RetryPolicy, RunCounters
 from biaslab.agents.providers import ModelSpec, parse_model
 from biaslab.errors import ModelCallError, UserError
+from biaslab.graphs.langgraph_config import is_langgraph_ref, resolve_langgraph_ref
 from biaslab.graphs.llm_nodes import LLMNode
 from biaslab.graphs.lanes import OWN_TASK
 from biaslab.graphs.registry import (Protocol, _file_sha, _import_module, _load_file, protocol)
@@ -48,9 +49,12 @@ from biaslab.prompts.registry import PromptRegistry
 from biaslab.traces.cache import shared_cache_path
 from biaslab.traces.shared_cache import open_shared_cache
 
-__all__ = ["AppAudit", "AppOptions", "APP_NODE", "app_spec_options", "load_app", "read_items",
-           "outcome_of", "state_json"]
+__all__ = ["AppAudit", "AppOptions", "APP_NODE", "DISCOVERY_CONDITION", "check_unambiguous",
+           "app_spec_options", "concrete_ref", "load_app", "read_items", "outcome_of",
+           "state_json"]
 
+DISCOVERY_CONDITION = "discovery"
+"""The condition ``cache_use.csv`` lists the discovery pass's calls under."""
 APP_NODE = "app"
 """biaslab's one node around the app: its output holds the outcome and the final state."""
 _TARGET_KEYWORDS = ("all", "singletons", "each_and_all", "each")
@@ -83,7 +87,9 @@ class AppOptions(BaseModel):
     besides its model calls, which biaslab answers (`biaslab.agents.app_egress`)."""
     discovered: dict[str, Any] | None = None
     """Set by the discovery pass: ``nodes`` (node → calls on the first item, in order of
-    first call), ``tokens`` (node → tokens) and the ``item`` and ``model`` it ran."""
+    first call), ``tokens`` (node → tokens) and the ``item`` and ``model`` it ran; and
+    ``accounting`` (its calls and paid calls per node) when the pass ran for this run rather
+    than being read from the memo, for ``cache_use.csv``."""
 
 
 def app_spec_options(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -128,7 +134,14 @@ def app_spec_options(data: Mapping[str, Any]) -> dict[str, Any]:
 # -- loading the app and its items ----------------------------------------------------------------
 
 
+def concrete_ref(ref: str) -> str:
+    """The app's ``file.py:attribute`` or ``module:attribute``; a ``langgraph.json:NAME``
+    resolved as LangGraph's tooling reads it (`biaslab.graphs.langgraph_config`)."""
+    return resolve_langgraph_ref(ref) if is_langgraph_ref(ref) else ref
+
+
 def _loaded(ref: str):
+    ref = concrete_ref(ref)
     target, colon, attr = ref.rpartition(":")
     if not colon or not target or not attr:
         raise UserError(f"app: '{ref}' must read file.py:attribute or module:attribute")
@@ -157,6 +170,7 @@ def load_app(ref: str):
     zero-argument function returning either. One line when it is none of these."""
     from langgraph.pregel import Pregel
 
+    ref = concrete_ref(ref)
     key = ref
     if ref.partition(":")[0].endswith(".py"):
         path = Path(ref.rpartition(":")[0])
@@ -165,8 +179,8 @@ def load_app(ref: str):
         return _APPS[key]
     value = _loaded(ref)
     if callable(value) and not isinstance(value, (Pregel, StateGraph)):
-        try:
-            value = value()
+        try:  # a factory; LangGraph's tooling also passes one a config (RunnableConfig)
+            value = value({"configurable": {}}) if _takes_config(value) else value()
         except UserError:
             raise
         except Exception as exc:
@@ -185,6 +199,18 @@ def load_app(ref: str):
     return value
 
 
+def _takes_config(factory) -> bool:
+    import inspect
+
+    try:
+        params = [p for p in inspect.signature(factory).parameters.values()
+                  if p.default is inspect.Parameter.empty
+                  and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return False
+    return len(params) == 1
+
+
 def graph_nodes(app, prefix: str = "") -> list[str]:
     """The app's node names, subgraph nodes as ``parent/child``, from its structure (nodes
     that run a subgraph inside their own code are found by the discovery pass instead)."""
@@ -198,6 +224,19 @@ def graph_nodes(app, prefix: str = "") -> list[str]:
         if runnable is not None and isinstance(getattr(runnable, "builder", None), StateGraph):
             out += graph_nodes(runnable, f"{prefix}{name}/")
     return out
+
+
+def check_unambiguous(paths: list[str], app: str) -> None:
+    """One line when two nodes of the app's structure share a path: a top-level node named
+    ``review/a`` and node ``a`` of subgraph ``review`` would be recorded, exposed and
+    mitigated as one node."""
+    seen: set[str] = set()
+    for path in paths:
+        if path in seen:
+            raise UserError(f"app {app}: two nodes are both '{path}' (a node whose name holds "
+                            "'/' and a node of a subgraph); biaslab names a subgraph's nodes "
+                            "parent/child, so rename one of them")
+        seen.add(path)
 
 
 def _input_keys(app) -> set[str] | None:
@@ -357,6 +396,9 @@ class AppAudit(Protocol):
 
     name = "app-audit"
     Options = AppOptions
+    setup_counters: RunCounters | None = None
+    """What the discovery pass cost, when it ran while this plan was made (the runner adds it
+    to the run's counters, so ``N model calls`` counts every call that reached a model)."""
 
     def parse_options(self, raw: Mapping[str, Any]) -> AppOptions:
         options = super().parse_options(raw)
@@ -497,6 +539,7 @@ class AppAudit(Protocol):
         Returns the spec with ``options.discovered`` set, and its options."""
         app = load_app(options.app)
         structural = graph_nodes(app)
+        check_unambiguous(structural, options.app)
         named = _named_nodes(spec)
         tops = {n.split("/")[0] for n in structural}
         for where, name in named:
@@ -514,8 +557,12 @@ class AppAudit(Protocol):
                 raise UserError(f"[mitigations.{name}]: an after-answer self-check needs a node "
                                 "that parses its own answer; an app's nodes take a position "
                                 "such as system-append or user-prefix")
+        self.setup_counters = None
         if options.discovered is None:
-            found = _discover(self, spec, options, models, aliases)
+            found, paid = _discover(self, spec, options, models, aliases)
+            if paid is not None:  # the pass ran now: this run's accounting counts it
+                found = {**found, "accounting": paid[0]}
+                self.setup_counters = paid[1]
             spec = spec.model_copy(update={"options": {**spec.options, "discovered": found}})
             options = self.parse_options(spec.options)
         recorded = options.discovered.get("app_sha")
@@ -531,6 +578,17 @@ class AppAudit(Protocol):
                     f"'{options.discovered.get('item')}' (nodes that call one: "
                     f"{', '.join(nodes) or 'none'})")
         return spec, options
+
+    def setup_calls(self, options: AppOptions) -> list[dict[str, Any]]:
+        """The discovery pass's calls per node, as rows of ``cache_use.csv`` (condition
+        ``discovery``): none when the run found its nodes in the memo or the spec."""
+        paid = (options.discovered or {}).get("accounting") or {}
+        model = paid.get("model", "")
+        return [{"variant": self.variants(options)[0], "node": node,
+                 "condition": DISCOVERY_CONDITION, "model": model, "calls": n,
+                 "model_calls": paid.get("model_calls", {}).get(node, 0),
+                 "cache_hits": n - paid.get("model_calls", {}).get(node, 0)}
+                for node, n in (paid.get("calls") or {}).items()]
 
 
 def _named_nodes(spec) -> list[tuple[str, str]]:
@@ -552,7 +610,7 @@ def _named_nodes(spec) -> list[tuple[str, str]]:
 
 def _app_sha(options: AppOptions) -> str:
     """The app file's content hash ("" for an app imported as a module)."""
-    path = Path(options.app.rpartition(":")[0])
+    path = Path(concrete_ref(options.app).rpartition(":")[0])
     return _file_sha(path) if path.suffix == ".py" and path.is_file() else ""
 
 
@@ -562,8 +620,10 @@ def _memo_path() -> Path | None:
 
 
 def _discover(proto: AppAudit, spec, options: AppOptions, models: list[ModelSpec],
-              aliases: Mapping[str, ModelSpec]) -> dict[str, Any]:
-    """Run the first item clean on the first model, recording which nodes call a model.
+              aliases: Mapping[str, ModelSpec]
+              ) -> tuple[dict[str, Any], tuple[dict[str, Any], RunCounters] | None]:
+    """Run the first item clean on the first model, recording which nodes call a model;
+    (what it found, what it cost, or None when the memo answered and it did not run).
 
     Kept beside the shared cache (``app_nodes.json``), keyed by the app's and items' content,
     the model and the seed, and its calls in the shared cache: a second run pays nothing."""
@@ -571,7 +631,7 @@ def _discover(proto: AppAudit, spec, options: AppOptions, models: list[ModelSpec
     seed = spec.run.seeds[0]
     node_models = {name: parse_model(s.model, aliases) for name, s in spec.nodes.items()
                    if s.model}
-    app_ref = options.app
+    app_ref = concrete_ref(options.app)
     app_file = Path(app_ref.rpartition(":")[0])
     key = hashlib.sha256(json.dumps({
         "app": app_ref, "app_sha": _file_sha(app_file) if app_file.is_file() else "",
@@ -587,8 +647,8 @@ def _discover(proto: AppAudit, spec, options: AppOptions, models: list[ModelSpec
         except (OSError, ValueError):
             known = {}
         if isinstance(known, dict) and isinstance(known.get(key), dict):
-            return known[key]
-    found = _run_discovery(proto, spec, options, first, seed, models[0], node_models)
+            return known[key], None
+    found, paid = _run_discovery(proto, spec, options, first, seed, models[0], node_models)
     if memo is not None:
         try:
             known = known if isinstance(known, dict) else {}
@@ -597,14 +657,16 @@ def _discover(proto: AppAudit, spec, options: AppOptions, models: list[ModelSpec
             memo.write_text(json.dumps(known, sort_keys=True), encoding="utf-8")
         except OSError:
             pass  # a memo that cannot be written costs one more pass, never the run
-    return found
+    return found, paid
 
 
 def _run_discovery(proto: AppAudit, spec, options: AppOptions, first: str, seed: int,
-                   model: ModelSpec, node_models: dict[str, ModelSpec]) -> dict[str, Any]:
+                   model: ModelSpec, node_models: dict[str, ModelSpec]
+                   ) -> tuple[dict[str, Any], tuple[dict[str, Any], RunCounters]]:
+    """(what the pass found, (its calls per node for ``cache_use.csv``, its counters))."""
     shared = shared_cache_path()
 
-    async def go() -> dict[str, Any]:
+    async def go() -> tuple[dict[str, Any], tuple[dict[str, Any], RunCounters]]:
         cache = open_shared_cache(shared) if shared else None
         try:
             gateway = Gateway(caches=[cache] if cache else [],
@@ -628,11 +690,17 @@ def _run_discovery(proto: AppAudit, spec, options: AppOptions, first: str, seed:
                 raise UserError(f"the app failed on item '{first}' in the discovery pass: "
                                 f"{type(exc).__name__}: {exc}") from None
             tokens: dict[str, float] = {}
+            made: dict[str, int] = {}
+            paid: dict[str, int] = {}
             for record in ctx.calls:
                 tokens[record.node] = tokens.get(record.node, 0) + record.input_tokens \
                     + record.output_tokens
-            return {"item": first, "model": model.label, "seed": seed,
-                    "nodes": dict(calls.nodes), "tokens": tokens, "app_sha": _app_sha(options)}
+                made[record.node] = made.get(record.node, 0) + 1
+                paid[record.node] = paid.get(record.node, 0) + (not record.cache_hit)
+            found = {"item": first, "model": model.label, "seed": seed,
+                     "nodes": dict(calls.nodes), "tokens": tokens, "app_sha": _app_sha(options)}
+            return found, ({"model": model.label, "calls": made, "model_calls": paid},
+                           gateway.counters)
         finally:
             if cache is not None:
                 cache.close()

@@ -9,12 +9,18 @@ Like a model that follows its instructions, a scripted model answers a judge's p
 asks for the answer between verdict markers (`biaslab.agents.verdicts`), with its rule's text
 between those markers, unless the text already holds them (a rule that writes more than its
 verdict, e.g. a judge that quotes what it judged, places them itself).
+
+A rule may answer a structured-output request with a dict or a pydantic object: it becomes the
+JSON text a model following the schema writes (``json_schema``, ``json_mode``), or, when the
+request forces a tool (``function_calling``, LangChain's generic structured output), that
+tool's call with those arguments. ``request.schema`` is the JSON schema the request asks for.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -26,6 +32,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
 
+from biaslab.agents.structured_output import schema_of, structured_text
 from biaslab.agents.tool_answers import Reply, ToolCall, encode_answer
 from biaslab.agents.verdicts import answer_in_marker
 from biaslab.errors import ModelCallError, UserError
@@ -69,13 +76,33 @@ class ScriptedRequest:
                 if isinstance(t, dict)]
 
     @property
+    def schema(self) -> dict[str, Any] | None:
+        """The JSON schema the request asks the answer to follow (``response_format``), or
+        None for a text request (``{"type": "object"}`` for plain JSON mode)."""
+        return schema_of(self.kwargs.get("response_format"))
+
+    @property
+    def forced_tool(self) -> str | None:
+        """The tool the request makes the model call (``tool_choice`` naming one, or
+        ``required``/``any`` with one tool offered), or None."""
+        choice = self.kwargs.get("tool_choice")
+        if isinstance(choice, dict):
+            return (choice.get("function") or {}).get("name") or choice.get("name")
+        if choice in ("required", "any") and len(self.tools) == 1:
+            return self.tools[0]
+        if isinstance(choice, str) and choice in self.tools:
+            return choice
+        return None
+
+    @property
     def tool_results(self) -> list[str]:
         """The tool results the conversation holds so far, in order (``tool`` turns)."""
         return [m["content"] for m in self.messages if m["role"] == "tool"]
 
 
-Responder = str | Callable[[ScriptedRequest], "str | Reply"]
-"""A text answer, or a `Reply` with tool calls (an audited app's tool loop)."""
+Responder = str | Callable[[ScriptedRequest], Any]
+"""A text answer, a `Reply` with tool calls or a refusal (an audited app's tool loop), or a
+dict or pydantic object answering a structured-output request."""
 
 
 @dataclass(frozen=True)
@@ -152,10 +179,15 @@ class ScriptedChatModel(BaseChatModel):
                                  retry_after=fault.retry_after, transient=status == 429 or status >= 500)
         if text is None:
             text = self._respond(request)
-            if self.answers_in_markers and not isinstance(text, Reply):
+            structured = None if isinstance(text, (str, Reply)) else structured_text(text)
+            if structured is not None:  # a schema's answer: its JSON, or the forced tool's call
+                forced = request.forced_tool
+                text = Reply(tool_calls=[ToolCall(forced, json.loads(structured), "call_1")]) \
+                    if forced else structured
+            elif self.answers_in_markers and not isinstance(text, Reply):
                 text = answer_in_marker(request.user, text)
-        if isinstance(text, Reply):  # tool calls, kept as one text (agents.tool_answers)
-            text = encode_answer(text.content, text.tool_calls)
+        if isinstance(text, Reply):  # tool calls or a refusal, as one text (agents.tool_answers)
+            text = encode_answer(text.content, text.tool_calls, text.refusal)
         usage = {"input_tokens": max(1, len(request.text) // 4),
                  "output_tokens": max(1, len(text) // 4)}
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]

@@ -80,14 +80,20 @@ def calls_by_node(store: RunStore) -> pd.DataFrame:
     return out[columns]
 
 
-def cache_use_by_node(store: RunStore) -> pd.DataFrame:
+def cache_use_by_node(store: RunStore, setup: list[dict[str, Any]] = ()) -> pd.DataFrame:
     """Per variant × node × condition × model: calls paid (model calls) and calls the cache
-    answered. Volatile by nature: a re-run answers everything from the cache."""
+    answered, and after them the `setup` rows: calls made before the grid (an audited app's
+    discovery pass, condition ``discovery``). Volatile by nature: a re-run answers everything
+    from the cache."""
     columns = [*_NODE_KEYS, "calls", "model_calls", "cache_hits"]
     out = _calls_per_node(store)
     if out is None:
-        return pd.DataFrame(columns=columns)
-    out["model_calls"] = out["calls"] - out["cache_hits"]
+        out = pd.DataFrame(columns=columns)
+    else:
+        out["model_calls"] = out["calls"] - out["cache_hits"]
+        out = out[columns]
+    if setup:
+        out = pd.concat([out, pd.DataFrame(list(setup), columns=columns)], ignore_index=True)
     return out[columns]
 
 
@@ -258,6 +264,8 @@ def write_generic_report(store: RunStore, run_dir: str | Path, proto: Protocol |
 
     written += write_mitigation_effects(store, run_dir, proto, options)  # mitigation arms only
     path = Path(run_dir) / CACHE_USE_FILE
-    cache_use_by_node(store).to_csv(path, index=False)
+    setup_calls = getattr(proto, "setup_calls", None)  # an app's discovery pass
+    cache_use_by_node(store, setup_calls(options) if setup_calls and options else []
+                      ).to_csv(path, index=False)
     written.append(path)
     return written

@@ -337,10 +337,17 @@ def _node_health(run_dir: Path) -> str:
         return ""
     if frame.empty:
         return ""
+    setup = ""
     try:  # beside tables/: which calls the cache answered is not a result of the run
         use = pd.read_csv(run_dir / CACHE_USE_FILE)
         frame = frame.merge(use.drop(columns="calls"), how="left",
                             on=["variant", "node", "condition", "model"])
+        before = use[use["condition"] == "discovery"]
+        if not before.empty:  # an audited app's discovery pass, made before the grid
+            setup = (f"<p>Before the grid, the discovery pass ran the first item clean: "
+                     f"{int(before['calls'].sum())} calls, {int(before['model_calls'].sum())} "
+                     "of them paid (its answers then served the first clean cell; "
+                     "cache_use.csv lists them under condition <i>discovery</i>).</p>")
     except (FileNotFoundError, pd.errors.EmptyDataError, KeyError):
         frame["cache_hits"] = float("nan")
     per = frame.groupby("node", sort=False).agg(
@@ -356,7 +363,7 @@ def _node_health(run_dir: Path) -> str:
     return ('<section id="s-health"><h3>Errors and parse failures per node</h3>'
             '<p class="how"><b>How to read this:</b> a high parse-failure rate means that node\'s '
             "numbers rest on fewer answers (failures are excluded, not imputed); errors are "
-            "transport failures after retries.</p>"
+            f"transport failures after retries.</p>{setup}"
             f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody>'
             "</table></div></section>")
 
