@@ -55,6 +55,10 @@ class AnalysisUnit:
             and strata, and the graph's turn-loop counters, are always left out.
         attributes: ``(unit id, cell coordinates, options) → {field: value}`` for what a unit
             is but its outputs do not say (e.g. a test record's sex, read from its dataset).
+        seed_units: False (the default): a run's seeds re-ask one unit, so the paired tables
+            average a unit's seeds before pairing it (a pair is a unit). True where each seed
+            makes a new unit, as in multiturn, whose simulated user writes another dialogue
+            under each seed: then a pair is a (unit, seed).
     """
 
     name: str = "item"
@@ -66,6 +70,7 @@ class AnalysisUnit:
     measures: tuple[str | Measure, ...] = ()
     bookkeeping: tuple[str, ...] = ()
     attributes: Callable[[Any, Mapping[str, Any], Any], Mapping[str, Any]] | None = None
+    seed_units: bool = False
 
 
 ITEM_UNIT = AnalysisUnit()
