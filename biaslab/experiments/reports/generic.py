@@ -33,6 +33,7 @@ import pandas as pd
 
 from biaslab.evaluators.exposure_effects import (CLEAN_CONDITION, MIN_PAIRS_FOR_CI, UNIT_PAIRING,
                                                 paired_arms)
+from biaslab.experiments.reports.findings import write_findings_figures
 from biaslab.experiments.reports.units import (ALL_GROUPS, PAIR_KEYS, flatten, json_text,
                                                pairing_of,
                                                unit_frame, unit_of)
@@ -263,6 +264,7 @@ def write_generic_report(store: RunStore, run_dir: str | Path, proto: Protocol |
     from biaslab.experiments.reports.mitigations import write_mitigation_effects  # uses this module
 
     written += write_mitigation_effects(store, run_dir, proto, options)  # mitigation arms only
+    written += write_findings_figures(run_dir)  # from the tables just written
     path = Path(run_dir) / CACHE_USE_FILE
     cache_use_by_node(store).to_csv(path, index=False)
     written.append(path)
