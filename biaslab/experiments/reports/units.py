@@ -150,7 +150,9 @@ def _wide(store: RunStore, unit: AnalysisUnit, options: Any) -> pd.DataFrame:
     coords = {r["cell_id"]: r for r in cells.to_dict("records")}
     measures = [m for m in unit.measures if isinstance(m, Measure)]
     rows, visits = [], {}
-    for cell_id, _, node, value in store.iter_outputs(node=unit.node):
+    outputs = (store.iter_outputs() if unit.nodes is None else
+               (o for n in unit.nodes for o in store.iter_outputs(node=n)))
+    for cell_id, _, node, value in outputs:
         c = coords.get(cell_id)
         if c is None or value is None:
             continue
@@ -230,7 +232,7 @@ def cell_measures(proto: Protocol | None, options: Any, variant: str, coords: Ma
     out: list[dict[str, Any]] = []
     visits: dict[str, int] = {}
     for node, value in outputs:
-        if (unit.node is not None and node != unit.node) or value is None:
+        if (unit.nodes is not None and node not in unit.nodes) or value is None:
             continue
         visit = visits.get(node, 0)
         visits[node] = visit + 1
