@@ -178,12 +178,12 @@ def test_a_fairness_reminder_removes_the_judges_bias_on_clean_and_exposed_arms(t
         cells.close()
     assert "default/c00/judge:pro_female+mit:judge:fairness_reminder/scripted:panel/seed=1" in ids
     assert "default/c00/none+mit:judge:fairness_reminder/scripted:panel/seed=1" in ids
-    assert len(ids) == 12 * 2 * 6  # candidates x seeds x (3 exposure arms x 2 mitigation arms)
+    assert len(ids) == 24 * 2 * 6  # candidates x seeds x (3 exposure arms x 2 mitigation arms)
     calls = _calls(run)
     reminded = [k for k, (_, _, messages) in calls.items() if "on its merits only" in messages]
     assert reminded and all("+mit:judge:fairness_reminder" in k[0] and k[1] == "judge"
                             for k in reminded)
-    assert len(reminded) == 12 * 2 * 3  # the judge of every mitigated cell, nothing else
+    assert len(reminded) == 24 * 2 * 3  # the judge of every mitigated cell, nothing else
 
 
 def test_a_spec_without_mitigations_runs_exactly_as_before(tmp_path):
@@ -238,7 +238,7 @@ def test_counterfactual_replay_adds_a_mitigation_arm(tmp_path):
     finally:
         store.close()
     # the reminded judge calls are new; the advocate's calls repeat the source's
-    assert paid == 12 * 2 * 3
+    assert paid == 24 * 2 * 3
 
 
 @pytest.mark.parametrize("args, message", [
