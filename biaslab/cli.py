@@ -484,7 +484,7 @@ def cmd_estimate(args) -> int:
                                               wall_time_s)
     from biaslab.experiments.spec import load_spec, read_spec_scales
 
-    if not args.latency_s >= 0:
+    if args.latency_s is not None and not args.latency_s >= 0:
         raise UserError(f"estimate: --latency-s must be >= 0 seconds, got {args.latency_s}")
     if args.baseline is not None and not 0 < args.baseline < 1:
         raise UserError(f"estimate: --baseline must lie in (0, 1), got {args.baseline}")
@@ -504,8 +504,10 @@ def cmd_estimate(args) -> int:
         report = estimate_plan(plan)
         by_model = report.pop("_by_model")
         prices = read_prices(args.prices, plan) if args.prices else None
+        wall, basis = wall_time_s(plan, by_model, args.latency_s)
         report["latency_s"] = args.latency_s
-        report["wall_time_s"] = round(wall_time_s(plan, by_model, args.latency_s))
+        report["wall_time_s"] = round(wall)
+        report["wall_time_basis"] = basis
         report["cost"] = costs(plan, by_model, prices, args.output_share)
         if want_power:
             report["power"] = power_rows(plan, mde=args.mde, assumptions=assumptions,
@@ -520,8 +522,9 @@ def cmd_estimate(args) -> int:
               "tokens")
         for k, v in report["by_variant"].items():
             print(f"  {k}: {v['cells']} cells, ~{v['calls']:,} calls, ~{v['tokens']:,} tokens")
-        print(f"  wall time: ~{_duration(report['wall_time_s'])} (at {report['latency_s']:g} s "
-              "a call, the spec's concurrency and each endpoint's rps)")
+        print(f"  wall time: ~{_duration(report['wall_time_s'])} (at "
+              f"{'; '.join(report['wall_time_basis'])}; the spec's concurrency and each "
+              "endpoint's rps)")
         _print_cost(report["cost"])
         for row in report.get("power", []):
             _print_power(row)
@@ -772,8 +775,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="assumed SD of a per-unit change, numeric measures (default 0.5)")
     e.add_argument("--pilot", metavar="RUN_DIR",
                    help="read baseline, SD and correlation from a finished run instead")
-    e.add_argument("--latency-s", type=float, default=2.0,
-                   help="assumed seconds per call for the wall time (default 2)")
+    e.add_argument("--latency-s", type=float, default=None,
+                   help="seconds per call for the wall time, for every model (default: by "
+                        "provider: scripted 0, the embedded model as measured, hosted 2)")
     e.add_argument("--prices", metavar="FILE",
                    help="TOML: model label -> price_in_per_mtok, price_out_per_mtok")
     e.add_argument("--output-share", type=float, default=0.25,

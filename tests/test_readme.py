@@ -110,13 +110,14 @@ def test_the_numbers_the_readme_quotes(tour):
     assert older
     for r in older:
         expected = 1.0 if r["condition"].endswith(":pro_older") else 0.0
-        assert float(r["diff"]) == expected and int(r["n_pairs"]) == 12, r
+        assert float(r["diff"]) == expected and int(r["n_pairs"]) == 4, r
+        assert int(r["n_seeds"]) == 3 and r["note"] == "too few pairs (n=4)", r
     mitigated = [r for r in _read(tmp / "runs/tour/review-reminder/tables/mitigation_effects.csv")
                  if r["field"] == "decision=older" and r["group"] == "all"]
     assert {r["exposure"] for r in mitigated} >= {"none", "draft:pro_older"}
     for r in mitigated:
         expected = -1.0 if r["exposure"].endswith(":pro_older") else 0.0
-        assert float(r["diff"]) == expected and int(r["n_pairs"]) == 12, r
+        assert float(r["diff"]) == expected and int(r["n_pairs"]) == 4, r
     for name in ("roleplay", "multiturn", "augmentation"):
         assert (tmp / f"runs/tour/{name}/report.html").is_file()
     pair = next(r for r in _read(tmp / "runs/tour/two-models/tables/model_comparisons.csv")

@@ -18,13 +18,33 @@ import pandas as pd
 from biaslab.evaluators.stats import paired_bootstrap
 
 __all__ = ["paired_condition_effects", "paired_mean_difference", "paired_arms",
-           "too_few_pairs", "CLEAN_CONDITION", "MIN_PAIRS_FOR_CI"]
+           "too_few_pairs", "pairing_label", "CLEAN_CONDITION", "MIN_PAIRS_FOR_CI",
+           "UNIT_PAIRING", "SEED_PAIRING", "PAIRINGS"]
 
 CLEAN_CONDITION = "none"
 
 MIN_PAIRS_FOR_CI = 10
 """No interval is given on fewer pairs than this: with two or three pairs a "CI" is as wide
 or as narrow as chance makes it (often zero-width), and reads as an effect it is not."""
+
+
+UNIT_PAIRING = "unit"
+"""The default pairing rule of every paired table: a pair is one unit (same item, node visit
+and unit id) in both arms, its seeds averaged first, so ``n_pairs`` counts units. Seeds of one
+unit re-ask the same question; counting them as independent pairs would shrink the interval by
+up to √(number of seeds) with no new evidence (a deterministic model's three seeds are one
+observation three times)."""
+SEED_PAIRING = "per-seed"
+"""The named alternative: each (unit, seed) is its own pair, as if seeds were independent
+units. Available through the Python API (``pairing=SEED_PAIRING``), never the default."""
+PAIRINGS = (UNIT_PAIRING, SEED_PAIRING)
+
+
+def pairing_label(pairing: str) -> str:
+    """The words a table's ``pairing`` column carries: what one pair is."""
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    return "unit, seeds averaged" if pairing == UNIT_PAIRING else "unit x seed"
 
 
 def too_few_pairs(n: int) -> str:
@@ -72,7 +92,8 @@ def paired_mean_difference(other: Sequence[float], reference: Sequence[float], *
 def paired_arms(frame: pd.DataFrame, *, value: str, pair_on: Sequence[str], arm: str,
                 reference: str, by: Sequence[str] = (), names: tuple[str, str] = ("reference",
                                                                                   "other"),
-                confidence: float = 0.95, min_pairs: int = MIN_PAIRS_FOR_CI) -> pd.DataFrame:
+                replicates: Sequence[str] = (), confidence: float = 0.95,
+                min_pairs: int = MIN_PAIRS_FOR_CI) -> pd.DataFrame:
     """Every arm against the `reference` arm on the same units: `paired_mean_difference` per
     (by..., arm).
 
@@ -83,15 +104,22 @@ def paired_arms(frame: pd.DataFrame, *, value: str, pair_on: Sequence[str], arm:
         arm: the column naming the arm (an exposure condition, or which run).
         reference: the arm the others are compared with (clean, or the source run).
         names: how the two means are named in the result (``{name}_mean``).
+        replicates: columns of `pair_on` that re-ask one unit (the seed). Where given, both
+            arms' values are averaged over the replicates both arms scored, per unit, before
+            the difference is taken: a pair is then a unit, and ``n_seeds`` says how many
+            replicates the unit with the most of them averaged. Empty: every row of
+            `pair_on` is a pair (``n_seeds`` = 1).
 
     Returns:
         One row per (by..., arm ≠ reference) with at least one pair: ``n_pairs``,
-        ``{names[0]}_mean``, ``{names[1]}_mean``, ``diff`` (other − reference), ``ci_low``,
-        ``ci_high`` and ``note``.
+        ``n_seeds``, ``{names[0]}_mean``, ``{names[1]}_mean``, ``diff`` (other − reference),
+        ``ci_low``, ``ci_high`` and ``note``.
     """
     by, keys = list(by), list(by) + list(pair_on)
+    units = [k for k in pair_on if k not in set(replicates)]
     ref_col, other_col = f"{names[0]}_mean", f"{names[1]}_mean"
-    columns = [*by, arm, "n_pairs", ref_col, other_col, "diff", "ci_low", "ci_high", "note"]
+    columns = [*by, arm, "n_pairs", "n_seeds", ref_col, other_col, "diff", "ci_low",
+               "ci_high", "note"]
     data = frame.dropna(subset=[value])
     base = data[data[arm] == reference][keys + [value]].rename(columns={value: "_reference"})
     if base.duplicated(keys).any():
@@ -103,6 +131,12 @@ def paired_arms(frame: pd.DataFrame, *, value: str, pair_on: Sequence[str], arm:
         if merged.duplicated(keys).any():
             raise ValueError(f"pair_on={list(pair_on)} does not identify one {other!r} row "
                              "per unit")
+        if replicates:  # one pair per unit: its seeds (scored in both arms) averaged first
+            merged = (merged.groupby(by + units, sort=True, dropna=False)
+                      .agg(**{value: (value, "mean"), "_reference": ("_reference", "mean"),
+                              "_n_seeds": (value, "size")}).reset_index())
+        else:
+            merged = merged.assign(_n_seeds=1)
         groups = merged.groupby(by, sort=True) if by else [((), merged)]
         for key, pairs in groups:
             key = key if isinstance(key, tuple) else (key,)
@@ -110,6 +144,7 @@ def paired_arms(frame: pd.DataFrame, *, value: str, pair_on: Sequence[str], arm:
                                             confidence=confidence, min_pairs=min_pairs)
             result[ref_col] = result.pop("reference_mean")
             result[other_col] = result.pop("other_mean")
+            result["n_seeds"] = int(pairs["_n_seeds"].max())
             rows.append({**dict(zip(by, key)), arm: other, **result})
     return pd.DataFrame(rows, columns=columns)
 

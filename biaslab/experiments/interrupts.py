@@ -39,7 +39,7 @@ def kept_message(run_dir: Path, cells_total: int | None, hint: str | None = None
     (`hint`: the command that continues it, default ``biaslab run --resume RUN_DIR``)."""
     hint = f"continue with: {hint or f'biaslab run --resume {run_dir}'}"
     if not (Path(run_dir) / STORE_FILE).is_file():
-        return f"interrupted before any cell finished; {hint}"
+        return f"interrupted before any cell finished.\n{hint}"
     try:
         store = RunStore(run_dir, readonly=True)
         try:
@@ -47,11 +47,13 @@ def kept_message(run_dir: Path, cells_total: int | None, hint: str | None = None
         finally:
             store.conn.close()
     except sqlite3.Error:
-        return f"interrupted; finished cells are kept; {hint}"
+        return f"interrupted; finished cells are kept.\n{hint}"
     done, failed = counts["cells_done"], counts["cells_error"]
     of = f" of {cells_total}" if cells_total is not None else ""
+    answers = "answer" if cached == 1 else "answers"
+    # the command on a line of its own: a terminal wraps a long line anywhere, mid-word too
     return (f"interrupted: {done + failed}{of} cells kept ({done} done, {failed} "
-            f"failed), {cached} answers cached; {hint}")
+            f"failed), {cached} {answers} cached.\n{hint}")
 
 
 _LIVE_LINES = 2

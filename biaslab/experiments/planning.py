@@ -27,7 +27,7 @@ from biaslab.evaluators.power import (TESTS, PowerAssumptions, PowerContrast, ac
 from biaslab.experiments.plan import Plan
 from biaslab.graphs.registry import Protocol
 
-__all__ = ["estimate_plan", "wall_time_s", "read_prices", "costs", "power_rows",
+__all__ = ["estimate_plan", "wall_time_s", "call_latency", "LATENCY_BY_PROVIDER", "read_prices", "costs", "power_rows",
            "pilot_assumptions", "DEFAULT_OUTPUT_SHARE"]
 
 DEFAULT_OUTPUT_SHARE = 0.25
@@ -93,24 +93,55 @@ def _with_self_checks(plan: Plan, cell, est: Mapping[str, float], memo: dict
     return out
 
 
-def wall_time_s(plan: Plan, by_model: Mapping[str, Mapping[str, float]], latency_s: float
-                ) -> float:
-    """``max(calls / rps, calls × latency / concurrency)``: the slowest rate-limited endpoint
-    (calls to one endpoint share its ``rps``), or the run's concurrency at `latency_s` per call."""
-    if not latency_s >= 0 or not math.isfinite(latency_s):
+LATENCY_BY_PROVIDER: dict[str, tuple[float, str]] = {
+    "scripted": (0.0, "scripted: answers in-process, no model time"),
+    "local": (1.5, "embedded SmolLM2: measured, make demo's 446 calls in ~11 min on 2 idle "
+                   "cores, one call at a time"),
+}
+"""Seconds a call takes, by provider, where biaslab knows it, and where the figure comes from.
+Hosted providers are assumed at `HOSTED_LATENCY_S` unless ``--latency-s`` says otherwise."""
+HOSTED_LATENCY_S = 2.0
+_SERIAL = {"local"}  # the embedded model decodes one call at a time, whatever the concurrency
+
+
+def call_latency(provider: str, override: float | None) -> tuple[float, str]:
+    """(seconds per call, where that figure comes from) for one model."""
+    if override is not None:
+        return override, f"{override:g} s a call (--latency-s)"
+    if provider in LATENCY_BY_PROVIDER:
+        return LATENCY_BY_PROVIDER[provider]
+    return HOSTED_LATENCY_S, f"{provider}: assumed {HOSTED_LATENCY_S:g} s a call (--latency-s)"
+
+
+def wall_time_s(plan: Plan, by_model: Mapping[str, Mapping[str, float]],
+                latency_s: float | None = None) -> tuple[float, list[str]]:
+    """The expected wall time and the rate behind each model's share.
+
+    Per model: its calls at its provider's latency (`call_latency`; ``latency_s`` overrides
+    every model's) over the run's concurrency (the embedded model's calls one at a time), or
+    its endpoint's ``rps`` where that is slower. The models' shares add up: a run's lanes are
+    shared by all its models.
+    """
+    if latency_s is not None and (not latency_s >= 0 or not math.isfinite(latency_s)):
         raise UserError(f"--latency-s must be a non-negative number of seconds, got {latency_s}")
     models = {m.label: m for m in plan.models}
     calls_by_endpoint: dict[str, float] = {}
     rps: dict[str, float] = {}
+    busy = 0.0
+    basis: list[str] = []
     for label, usage in by_model.items():
         spec = models[label]
+        seconds, why = call_latency(spec.provider, latency_s)
+        if why not in basis:
+            basis.append(why)
+        lanes = 1 if spec.provider in _SERIAL else plan.spec.run.concurrency
+        busy += usage["calls"] * seconds / lanes
         if spec.rps:
             calls_by_endpoint[spec.endpoint] = calls_by_endpoint.get(spec.endpoint, 0.0) \
                 + usage["calls"]
             rps[spec.endpoint] = min(rps.get(spec.endpoint, spec.rps), spec.rps)
-    total = sum(u["calls"] for u in by_model.values())
     limited = max((calls / rps[e] for e, calls in calls_by_endpoint.items()), default=0.0)
-    return max(limited, total * latency_s / plan.spec.run.concurrency)
+    return max(limited, busy), basis
 
 
 _PRICE_KEYS = ("price_in_per_mtok", "price_out_per_mtok")

@@ -721,7 +721,10 @@ class Augmentation(Protocol):
     exposure_template = "augmentation/exposure"
     Options = AugmentationOptions
     unit = AnalysisUnit("source example", node="finalize", rows="rows", id="item",
-                        group="category", strata=("condition",), measures=("dr",))
+                        group="category", strata=("condition",), measures=("dr",),
+                        seed_units=True)
+    """The generator writes other variants of a source example under each seed, and the
+    protocol's own tables pool them as new units; the paired tables do the same."""
     judge_nodes = ("judge",)
     """The decisive/abstain judge; the validators decide which scenarios exist, so they are
     not re-weighed (another choice of validator votes would need new target calls)."""

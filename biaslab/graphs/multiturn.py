@@ -687,7 +687,10 @@ class Multiturn(Protocol):
     Options = MultiturnOptions
     unit = AnalysisUnit("dialogue", node="finalize", rows="dialogue", id="seed_id",
                         group="category", measures=(any_true("ever_biased", "turns", "biased",
-                                                             upto="n_turns"), "coherence_rating"))
+                                                             upto="n_turns"), "coherence_rating"),
+                        seed_units=True)
+    """A dialogue is one seed stereotype under one run seed: the simulated user writes other
+    queries under another seed, so each seed's dialogue is its own unit in the paired tables."""
     judge_nodes = ("judge",)
     """The per-turn bias label (it reaches no later turn)."""
     directions = {

@@ -37,8 +37,10 @@ class AnalysisUnit:
 
     Attributes:
         name: what a unit is, in words (``record``, ``question``, ``dialogue``...).
-        node: the node whose output holds the units; None: every node's output, each one
-            unit (the cell's item), compared field by field.
+        node: the node whose output holds the units, or several nodes (``("judge",
+            "decide")``: a unit whose measures several nodes write, each read from its own
+            node's output, the rows of each node paired on the unit id); None: every node's
+            output, each one unit (the cell's item), compared field by field.
         rows: dotted key in that output holding the units: a list of dicts (one per unit, e.g.
             ``predictions``) or one dict (the cell's one unit, e.g. ``dialogue``); None: the
             output itself is the unit's row.
@@ -55,10 +57,14 @@ class AnalysisUnit:
             and strata, and the graph's turn-loop counters, are always left out.
         attributes: ``(unit id, cell coordinates, options) → {field: value}`` for what a unit
             is but its outputs do not say (e.g. a test record's sex, read from its dataset).
+        seed_units: False (the default): a run's seeds re-ask one unit, so the paired tables
+            average a unit's seeds before pairing it (a pair is a unit). True where each seed
+            makes a new unit, as in multiturn, whose simulated user writes another dialogue
+            under each seed: then a pair is a (unit, seed).
     """
 
     name: str = "item"
-    node: str | None = None
+    node: str | tuple[str, ...] | None = None
     rows: str | None = None
     id: str = "item"
     group: str | None = None
@@ -66,6 +72,14 @@ class AnalysisUnit:
     measures: tuple[str | Measure, ...] = ()
     bookkeeping: tuple[str, ...] = ()
     attributes: Callable[[Any, Mapping[str, Any], Any], Mapping[str, Any]] | None = None
+    seed_units: bool = False
+
+    @property
+    def nodes(self) -> tuple[str, ...] | None:
+        """The nodes whose outputs hold the units, as a tuple; None: every node."""
+        if self.node is None:
+            return None
+        return (self.node,) if isinstance(self.node, str) else tuple(self.node)
 
 
 ITEM_UNIT = AnalysisUnit()

@@ -185,7 +185,7 @@ def test_ctrl_c_stops_a_local_run_at_once_keeping_cells_and_answers(tmp_path):
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     assert "Ctrl-C: stopping" in err  # said at once, not after the run has wound down
-    assert (f"interrupted: 2 of 4 cells kept (2 done, 0 failed), 3 answers cached; "
+    assert (f"interrupted: 2 of 4 cells kept (2 done, 0 failed), 3 answers cached.\n"
             f"continue with: biaslab run --resume {run_dir}") in err
     cells, cached = _state(run_dir)
     assert cells == {"a": "done", "b": "done", "long": "running"} and cached == 3
@@ -240,7 +240,7 @@ def test_second_ctrl_c_quits_when_the_first_cannot_stop_the_run(tmp_path):
     assert "Traceback" not in err
     assert "Ctrl-C: stopping" in err
     assert ("Ctrl-C again: quitting now. interrupted: 2 of 4 cells kept (2 done, 0 failed), "
-            f"3 answers cached; continue with: biaslab run --resume {run_dir}") in err
+            f"3 answers cached.\ncontinue with: biaslab run --resume {run_dir}") in err
     assert _state(run_dir)[0] == {"a": "done", "b": "done", "long": "running"}
 
 

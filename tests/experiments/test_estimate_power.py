@@ -10,6 +10,7 @@ from statsmodels.stats.proportion import proportion_effectsize
 
 from biaslab.agents.providers import ModelSpec
 from biaslab.cli import main
+from biaslab.experiments.planning import LATENCY_BY_PROVIDER
 
 ROOT = Path(__file__).parents[2]
 ROLEPLAY = str(ROOT / "experiments" / "roleplay.toml")
@@ -196,3 +197,22 @@ def test_a_pilot_reads_a_label_measure_on_its_label_that_moves(tmp_path, capsys)
     code, out, err = run_cli(capsys, "estimate", review, "--scale", "paper", "--power",
                              "--pilot", str(pilot))
     assert code == 0 and "needs clean and exposed" not in err and "MDE" in out
+
+
+def test_wall_time_follows_the_provider(capsys):
+    """A scripted model costs no wall time; the embedded model's calls run one at a time at
+    its measured rate; --latency-s sets every model's; each basis is printed."""
+    spec = str(Path(__file__).resolve().parents[2] / "experiments" / "examples" / "review.toml")
+    assert main(["estimate", spec, "--scale", "paper", "--model", "scripted:review-synthetic",
+                 "--json"]) == 0
+    scripted = json.loads(capsys.readouterr().out)
+    assert scripted["wall_time_s"] == 0
+    assert scripted["wall_time_basis"] == ["scripted: answers in-process, no model time"]
+    assert main(["estimate", spec, "--scale", "paper", "--model", "local", "--json"]) == 0
+    local = json.loads(capsys.readouterr().out)
+    seconds, why = LATENCY_BY_PROVIDER["local"]
+    assert local["wall_time_s"] == round(local["calls_estimate"] * seconds)  # one at a time
+    assert local["wall_time_basis"] == [why] and "measured" in why
+    assert main(["estimate", spec, "--scale", "paper", "--model", "scripted:review-synthetic",
+                 "--latency-s", "2"]) == 0
+    assert "2 s a call (--latency-s)" in capsys.readouterr().out

@@ -35,7 +35,7 @@ from biaslab.agents.providers.scripted import Rule, ScriptedChatModel, register_
 from biaslab.graphs import AnalysisUnit, Protocol, llm_node, protocol
 
 # c00 a woman, c01 a man, ...; strong references when n % 4 < 2: three of each six.
-CANDIDATES = {f"c{n:02d}": ("woman" if n % 2 == 0 else "man", n % 4 < 2) for n in range(12)}
+CANDIDATES = {f"c{n:02d}": ("woman" if n % 2 == 0 else "man", n % 4 < 2) for n in range(24)}
 
 
 class PanelState(TypedDict, total=False):
@@ -134,12 +134,12 @@ def _calls(run: Path) -> dict[tuple, tuple]:
 
 
 def test_a_fairness_reminder_removes_the_judges_bias_on_clean_and_exposed_arms(tmp_path):
-    """By hand, per seed (6 women, 6 men, 3 of each with strong references):
-    clean        unmitigated: women 6/6 approved, men 3/6  -> reminded: 3/6 and 3/6
-    pro_female   unmitigated: women 6/6, men 0/6           -> reminded: 3/6 and 3/6
-    pro_male     unmitigated: women 0/6, men 6/6           -> reminded: 3/6 and 3/6
-    so the reminder moves women's approval by -0.5, 0 ... see `expected`; two seeds pair 12
-    candidates per group (24 pooled), enough for an interval."""
+    """By hand, per seed (12 women, 12 men, 6 of each with strong references):
+    clean        unmitigated: women 12/12 approved, men 6/12 -> reminded: 6/12 and 6/12
+    pro_female   unmitigated: women 12/12, men 0/12          -> reminded: 6/12 and 6/12
+    pro_male     unmitigated: women 0/12, men 12/12          -> reminded: 6/12 and 6/12
+    so the reminder moves women's approval by -0.5, 0 ... see `expected`; a pair is a
+    candidate with its two seeds averaged: 12 per group (24 pooled), enough for an interval."""
     run = tmp_path / "run"
     assert cli("run", _panel(tmp_path, mitigations=REMINDER), "--out", run, "--quiet") == 0
     effects = table(run, "mitigation_effects")
@@ -156,6 +156,7 @@ def test_a_fairness_reminder_removes_the_judges_bias_on_clean_and_exposed_arms(t
         assert (row["unmitigated_mean"], row["mitigated_mean"]) == (before, after), key
         assert row["diff"] == after - before, key
         assert row["n_pairs"] == (24 if key[1] == "all" else 12), key
+        assert row["n_seeds"] == 2 and row["pairing"] == "unit, seeds averaged", key
         assert row["note"] == ""
     # where the mean moved by ±0.5, half the pairs moved by ±1 and half not at all:
     # d̄ ± t(0.975, 11)·s/√12 with s = √(12·0.25/11), an interval clear of 0
@@ -177,12 +178,12 @@ def test_a_fairness_reminder_removes_the_judges_bias_on_clean_and_exposed_arms(t
         cells.close()
     assert "default/c00/judge:pro_female+mit:judge:fairness_reminder/scripted:panel/seed=1" in ids
     assert "default/c00/none+mit:judge:fairness_reminder/scripted:panel/seed=1" in ids
-    assert len(ids) == 12 * 2 * 6  # candidates x seeds x (3 exposure arms x 2 mitigation arms)
+    assert len(ids) == 24 * 2 * 6  # candidates x seeds x (3 exposure arms x 2 mitigation arms)
     calls = _calls(run)
     reminded = [k for k, (_, _, messages) in calls.items() if "on its merits only" in messages]
     assert reminded and all("+mit:judge:fairness_reminder" in k[0] and k[1] == "judge"
                             for k in reminded)
-    assert len(reminded) == 12 * 2 * 3  # the judge of every mitigated cell, nothing else
+    assert len(reminded) == 24 * 2 * 3  # the judge of every mitigated cell, nothing else
 
 
 def test_a_spec_without_mitigations_runs_exactly_as_before(tmp_path):
@@ -237,7 +238,7 @@ def test_counterfactual_replay_adds_a_mitigation_arm(tmp_path):
     finally:
         store.close()
     # the reminded judge calls are new; the advocate's calls repeat the source's
-    assert paid == 12 * 2 * 3
+    assert paid == 24 * 2 * 3
 
 
 @pytest.mark.parametrize("args, message", [

@@ -58,8 +58,8 @@ ROLEPLAY = {
 
 
 def test_roleplay_a_reminder_at_the_target_or_the_judges_has_its_known_effect(tmp_path):
-    """By hand, per question (3 per attribute x type, 2 attributes, 2 seeds: 12 pairs a type;
-    every pair moves alike, so each interval has zero width at the difference):
+    """By hand, per question (3 per attribute x type, 2 attributes: 6 pairs a type, each a
+    question with its 2 seeds averaged; too few for an interval, and the note says so):
 
     exposure              unmitigated      reminded target    reminded judges 1-2
                           yes/no choice why  (all types)        yes/no choice why
@@ -84,15 +84,13 @@ def test_roleplay_a_reminder_at_the_target_or_the_judges_has_its_known_effect(tm
     for mitigation, arms in after.items():
         for exposure, values in arms.items():
             for qtype, was, now in zip(("yes_no", "choice", "why"), before[exposure], values):
-                for group, n in (("all", 12), ("age", 6), ("gender", 6)):
+                for group, n in (("all", 6), ("age", 3), ("gender", 3)):
                     row = effects.loc[(exposure, mitigation, f"type={qtype}", group)]
                     key = (exposure, mitigation, qtype, group)
                     assert (row["unmitigated_mean"], row["mitigated_mean"]) == (was, now), key
                     assert row["diff"] == now - was and row["n_pairs"] == n, key
-                    if group == "all":
-                        assert (row["ci_low"], row["ci_high"]) == (now - was, now - was), key
-                    else:
-                        assert math.isnan(row["ci_low"]) and row["note"] == "too few pairs (n=6)"
+                    assert row["n_seeds"] == 2 and row["pairing"] == "unit, seeds averaged"
+                    assert math.isnan(row["ci_low"]) and row["note"] == f"too few pairs (n={n})"
     # the reminder reaches the mitigated nodes of the mitigated cells, and nothing else
     calls = _messages_by_cell(run)
     reminded = [(cell, node) for cell, node, text in calls if "on its merits only" in text]
@@ -145,6 +143,8 @@ def test_multiturn_a_reminder_undoes_an_exposed_target_and_costs_nothing_clean(t
             clean["diff"], clean["ci_low"], clean["ci_high"]) == (12, 0, 0, 0, 0, 0)
     exposed = ever.loc["target:stereotype"]
     assert (exposed["n_pairs"], exposed["mitigated_mean"]) == (12, 0)
+    # a dialogue is one seed's: multiturn pairs (unit, seed), and its rows say so
+    assert (exposed["n_seeds"], exposed["pairing"]) == (1, "unit x seed (each seed a new unit)")
     assert exposed["unmitigated_mean"] == pytest.approx(k / n, abs=1e-6)
     assert exposed["diff"] == pytest.approx(-k / n, abs=1e-6)
     half = stats.t.ppf(0.975, n - 1) * math.sqrt(k * (n - k) / (n * (n - 1))) / math.sqrt(n)
@@ -222,8 +222,8 @@ def test_roleplay_self_check_reasks_the_target_and_its_second_answer_counts(tmp_
     for exposure, values in before.items():
         for qtype, was in zip(("yes_no", "choice", "why"), values):
             row = effects.loc[(exposure, f"type={qtype}", "all")]
-            assert (row["n_pairs"], row["unmitigated_mean"], row["mitigated_mean"],
-                    row["diff"]) == (12, was, 0, -was), (exposure, qtype)
+            assert (row["n_pairs"], row["n_seeds"], row["unmitigated_mean"],
+                    row["mitigated_mean"], row["diff"]) == (6, 2, was, 0, -was), (exposure, qtype)
 
     store = RunStore(run, readonly=True)
     try:
@@ -270,8 +270,8 @@ def test_roleplay_counterfactual_replay_adds_a_reminder_at_the_target(tmp_path):
         for qtype in ("yes_no", "choice", "why"):
             was = 0 if (exposure, qtype) == (f"{JUDGES}:stereotype", "why") else 1
             row = pooled.loc[(exposure, f"type={qtype}")]
-            assert (row["n_pairs"], row["unmitigated_mean"], row["mitigated_mean"],
-                    row["diff"]) == (12, was, 0, -was), (exposure, qtype)
+            assert (row["n_pairs"], row["n_seeds"], row["unmitigated_mean"],
+                    row["mitigated_mean"], row["diff"]) == (6, 2, was, 0, -was), (exposure, qtype)
 
     def calls(where: Path) -> dict:
         store = RunStore(where, readonly=True)

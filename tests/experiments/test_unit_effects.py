@@ -85,8 +85,8 @@ from biaslab.agents.parsers import ParseError
 from biaslab.agents.providers.scripted import Rule, ScriptedChatModel, register_scripted
 from biaslab.graphs import AnalysisUnit, Protocol, add_turn_loop, llm_node, protocol
 
-# c00 a woman, c01 a man, ...; strong when n % 4 < 2: three of each six.
-CANDIDATES = {f"c{n:02d}": ("woman" if n % 2 == 0 else "man", n % 4 < 2) for n in range(12)}
+# c00 a woman, c01 a man, ...; strong when n % 4 < 2: six of each twelve.
+CANDIDATES = {f"c{n:02d}": ("woman" if n % 2 == 0 else "man", n % 4 < 2) for n in range(24)}
 
 
 class DebateState(TypedDict, total=False):
@@ -219,13 +219,14 @@ def test_a_gender_dependent_exposure_shows_as_a_group_split(tmp_path):
         row = approve.loc[key]
         assert row["diff"] == diff, key
         assert row["clean_mean"] == 0.5
-        assert row["n_pairs"] == (24 if key[1] == "all" else 12)  # 6 or 12 candidates x 2 seeds
-        assert row["note"] == ""
-    # 12 pairs, half moved by 1: an interval that excludes 0 on each group, not on the pool
+        # 24 candidates (12 per gender), each a pair with its 2 seeds averaged
+        assert row["n_pairs"] == (24 if key[1] == "all" else 12) and row["n_seeds"] == 2
+        assert row["pairing"] == "unit, seeds averaged" and row["note"] == ""
+    # 12 pairs per group, each moved by 1: an interval that excludes 0 on each group
     for key in [k for k in expected if k[1] != "all"]:
         low, high = approve.loc[key, ["ci_low", "ci_high"]]
         assert low < expected[key] < high and (high < 0 or low > 0)
-    # pooled, six women moved +1 and six men -1: the mean is 0, the interval straddles it
+    # pooled, twelve women moved +1 and twelve men -1: the mean is 0, the interval straddles it
     pooled = approve.loc[("judge:pro_female", "all")]
     assert pooled["ci_low"] == pytest.approx(-pooled["ci_high"]) and pooled["ci_low"] < 0
 
@@ -238,8 +239,9 @@ def test_a_protocol_declaring_no_unit_pairs_its_items_without_the_loop_counter(t
     assert set(effects["group"]) == {"all"}
     assert not effects["field"].str.startswith("round").any()  # the turn-loop counter
     decision = _rows(effects, node="judge", field="decision=approve").set_index("condition")
-    # 12 candidates x 2 seeds x 2 rounds, each round's verdict paired with the same round's
-    assert (decision["n_pairs"] == 48).all()
+    # 24 candidates x 2 rounds, each round's verdict paired with the same round's, the 2
+    # seeds of each averaged
+    assert (decision["n_pairs"] == 48).all() and (decision["n_seeds"] == 2).all()
     assert (decision["diff"] == 0).all()  # pooled over both genders, the effects cancel
 
 

@@ -96,3 +96,19 @@ def serve_run():
     for server in servers:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture(scope="session")
+def review_run(tmp_path_factory):
+    """A composed protocol's run (experiments/examples/review.toml, its scripted reviewer),
+    reported; tests read it, never write it."""
+    from pathlib import Path
+
+    root = tmp_path_factory.mktemp("review")
+    spec = Path(__file__).resolve().parents[2] / "experiments" / "examples" / "review.toml"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BIASLAB_CACHE", str(root / "cache.sqlite"))
+        mp.chdir(root)
+        assert main(["run", str(spec), "--model", "scripted:review-synthetic", "--out",
+                     "runs/review", "--quiet"]) == 0
+    return root / "runs" / "review"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None,
 
 
 @pytest.fixture(scope="module")
-def browser(multiturn_run, mitigated_run):
+def browser(multiturn_run, mitigated_run, review_run):
     """Chromium; the runs are built first, as a run cannot start inside Playwright's loop."""
     with playwright.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -61,6 +62,45 @@ def test_report_opens_offline_with_tables_and_figures(page, multiturn_run):
     assert "[" in summary.locator("tbody td").nth(4).inner_text()  # cum_bias [low, high]
     link = summary.locator("a.vl").first.get_attribute("href")
     assert link.startswith("http://127.0.0.1:8765/#/cells?")
+
+
+def test_a_composed_reports_first_screen_is_its_finding(browser, review_run, tmp_path):
+    """At 1280x800 the report of a composed protocol opens on its findings: the headline
+    heading, a forest plot and the first effect row (with n and pairing) are all on the first
+    screen; the run's facts come after. No number breaks across lines, and the page names no
+    absolute path."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = ctx.new_page()
+    try:
+        page.goto((review_run / "report.html").as_uri())
+        shot = tmp_path / "first-screen.png"
+        page.screenshot(path=str(shot))
+        assert shot.stat().st_size > 10_000
+        top = page.locator("main > section").first
+        assert top.get_attribute("id") == "s-findings"
+        heading = page.locator("#s-findings h2").bounding_box()
+        plot = page.locator("#s-findings figure img").first
+        assert plot.evaluate("i => i.naturalWidth") > 200
+        assert heading["y"] < 800 and plot.bounding_box()["y"] < 800
+        first_row = page.locator("#s-findings tbody tr").first
+        assert first_row.bounding_box()["y"] + first_row.bounding_box()["height"] < 800 or \
+            plot.bounding_box()["y"] + plot.bounding_box()["height"] <= 800
+        text = page.locator("#s-findings").inner_text()
+        assert "unit, seeds averaged" in text and "too few pairs (n=4)" in text
+        run_facts = page.locator("#s-run").bounding_box()
+        assert run_facts["y"] > heading["y"]
+        # every number and interval sits on one line (a CI's minus sign stays with it)
+        lines = page.locator("td.num").evaluate_all(
+            "tds => tds.map(td => { const r = document.createRange(); r.selectNodeContents(td);"
+            " return new Set(Array.from(r.getClientRects()).map(b => Math.round(b.top))).size"
+            " })")
+        assert lines and max(lines) == 1
+        shot.rename(Path(os.environ.get("BIASLAB_SCREENSHOT", shot)))
+        html = (review_run / "report.html").read_text()
+        assert str(review_run.resolve()) not in html and "runs/review" in html
+        assert str(tmp_path.anchor + "tmp") not in html.split("<main>")[0]
+    finally:
+        ctx.close()
 
 
 def test_viewer_lists_cells_and_a_filter_narrows_them(page, viewer):

@@ -20,7 +20,7 @@ from biaslab.evaluators.amplification import CONDITION_KEYS, DIRECTION_FAVORED, 
 from biaslab.evaluators.exposure_effects import paired_arms
 from biaslab.evaluators.stats import paired_bootstrap
 from biaslab.experiments.reports.generic import pooled_and_by_group, sort_groups
-from biaslab.experiments.reports.units import PAIR_KEYS, unit_frame, unit_of
+from biaslab.experiments.reports.units import PAIR_KEYS, pairing_of, unit_frame, unit_of
 
 __all__ = ["compare_calls", "compare_measures", "compare_amplification", "fbs_of_change",
            "COMPARE_MEASURES_COLUMNS"]
@@ -62,7 +62,8 @@ def compare_calls(source, counterfactual, out_dir: str | Path) -> Path:
 
 
 COMPARE_MEASURES_COLUMNS = ["unit", "variant", "model", "node", "field", "stratum",
-                            "attribute", "group", "condition", "n_pairs", "source_mean",
+                            "attribute", "group", "condition", "pairing", "n_pairs", "n_seeds",
+                            "source_mean",
                             "counterfactual_mean", "diff", "ci_low", "ci_high", "note"]
 
 
@@ -73,7 +74,8 @@ def compare_measures(source, counterfactual, out_dir: str | Path, proto=None, op
 
     A unit is paired with itself: same variant, arm (condition), model, item, seed, node
     visit and unit id in both runs. Per variant × model × node × measure × stratum × arm ×
-    group (``all`` pools the groups of the sensitive attribute): ``n_pairs``, both means,
+    group (``all`` pools the groups of the sensitive attribute): ``n_pairs`` (units, each
+    with its seeds averaged: ``n_seeds``), both means,
     ``diff`` = counterfactual − source (0: the change did nothing) with its paired t 95%
     interval, or no interval and a "too few pairs" ``note`` below `MIN_PAIRS_FOR_CI` pairs.
     """
@@ -88,10 +90,12 @@ def compare_measures(source, counterfactual, out_dir: str | Path, proto=None, op
         pd.DataFrame(columns=COMPARE_MEASURES_COLUMNS).to_csv(path, index=False)
         return path
     keys = ["variant", "model", "node", "field", "stratum", "condition"]
+    replicates, label = pairing_of(unit)
     table = paired_arms(pooled_and_by_group(both, unit), value="value", pair_on=PAIR_KEYS,
                         arm="run", reference="source", by=[*keys, "group"],
-                        names=("source", "counterfactual"))
+                        names=("source", "counterfactual"), replicates=replicates)
     table.insert(0, "unit", unit.name)
+    table["pairing"] = label
     table["attribute"] = unit.group or ""
     table = sort_groups(table, keys)[COMPARE_MEASURES_COLUMNS]
     table.to_csv(path, index=False, float_format="%.6g")

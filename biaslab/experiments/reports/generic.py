@@ -31,8 +31,11 @@ from typing import Any, Iterator
 
 import pandas as pd
 
-from biaslab.evaluators.exposure_effects import CLEAN_CONDITION, MIN_PAIRS_FOR_CI, paired_arms
+from biaslab.evaluators.exposure_effects import (CLEAN_CONDITION, MIN_PAIRS_FOR_CI, UNIT_PAIRING,
+                                                paired_arms)
+from biaslab.experiments.reports.findings import write_findings_figures
 from biaslab.experiments.reports.units import (ALL_GROUPS, PAIR_KEYS, flatten, json_text,
+                                               pairing_of,
                                                unit_frame, unit_of)
 from biaslab.experiments.reports.model_comparisons import write_model_comparisons
 from biaslab.graphs.registry import Protocol
@@ -203,13 +206,13 @@ def pooled_and_by_group(units: pd.DataFrame, unit: AnalysisUnit) -> pd.DataFrame
 
 
 EXPOSED_VS_CLEAN_COLUMNS = ["unit", "variant", "model", "node", "field", "stratum",
-                            "attribute", "group", "condition", "n_pairs", "clean_mean",
-                            "exposed_mean", "diff", "ci_low", "ci_high", "note"]
+                            "attribute", "group", "condition", "pairing", "n_pairs", "n_seeds",
+                            "clean_mean", "exposed_mean", "diff", "ci_low", "ci_high", "note"]
 
 
 def exposed_vs_clean(units: pd.DataFrame, unit: AnalysisUnit = ITEM_UNIT, *,
-                     confidence: float = 0.95, min_pairs: int = MIN_PAIRS_FOR_CI
-                     ) -> pd.DataFrame:
+                     confidence: float = 0.95, min_pairs: int = MIN_PAIRS_FOR_CI,
+                     pairing: str = UNIT_PAIRING) -> pd.DataFrame:
     """Each exposed condition against clean, per measure, paired on the protocol's unit.
 
     Args:
@@ -219,18 +222,22 @@ def exposed_vs_clean(units: pd.DataFrame, unit: AnalysisUnit = ITEM_UNIT, *,
     Returns:
         One row per variant × model × node × measure × stratum × group × exposed condition
         (group ``all`` pools every group): ``n_pairs`` units seen in both arms (same item,
-        seed and node visit), the two means, ``diff`` = exposed − clean (0: no effect), its
-        paired t 95% interval, or none and a ``note`` when there are fewer than
-        `MIN_PAIRS_FOR_CI` pairs.
+        node visit and unit id), each with its seeds averaged (``n_seeds``: how many), the two
+        means, ``diff`` = exposed − clean (0: no effect), its paired t 95% interval, or none
+        and a ``note`` when there are fewer than `MIN_PAIRS_FOR_CI` pairs. ``pairing`` names
+        the rule; ``pairing="per-seed"`` makes each (unit, seed) a pair instead.
     """
+    replicates, label = pairing_of(unit, pairing)
     if units.empty or CLEAN_CONDITION not in set(units["condition"]):
         return pd.DataFrame(columns=EXPOSED_VS_CLEAN_COLUMNS)
     effects = paired_arms(pooled_and_by_group(units, unit), value="value", pair_on=PAIR_KEYS,
                           arm="condition", reference=CLEAN_CONDITION,
                           by=["variant", "model", "node", "field", "stratum", "group"],
                           names=("clean", "exposed"), confidence=confidence,
-                          min_pairs=min_pairs)
+                          min_pairs=min_pairs,
+                          replicates=replicates)
     effects.insert(0, "unit", unit.name)
+    effects["pairing"] = label
     effects["attribute"] = unit.group or ""
     return sort_groups(effects, ["variant", "model", "node", "field", "stratum", "condition"]
                        )[EXPOSED_VS_CLEAN_COLUMNS]
@@ -263,6 +270,7 @@ def write_generic_report(store: RunStore, run_dir: str | Path, proto: Protocol |
     from biaslab.experiments.reports.mitigations import write_mitigation_effects  # uses this module
 
     written += write_mitigation_effects(store, run_dir, proto, options)  # mitigation arms only
+    written += write_findings_figures(run_dir)  # from the tables just written
     path = Path(run_dir) / CACHE_USE_FILE
     setup_calls = getattr(proto, "setup_calls", None)  # an app's discovery pass
     cache_use_by_node(store, setup_calls(options) if setup_calls and options else []

@@ -15,6 +15,7 @@ import base64
 import datetime as dt
 import html
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -22,6 +23,7 @@ from urllib.parse import urlencode
 
 import pandas as pd
 
+from biaslab.experiments.reports.findings import FINDINGS_PREFIX, finding_rows
 from biaslab.experiments.reports.generic import CACHE_USE_FILE
 from biaslab.graphs.report_sections import VIEWER_FILTERS, ReportSection
 from biaslab.traces.store import RunStore
@@ -44,8 +46,11 @@ _GENERIC = [
                   "question, a dialogue...; by default the cell's item and each numeric, "
                   "boolean or label output), the mean under each exposed condition against "
                   "clean on the same units, pooled (group all) and per group of the sensitive "
-                  "attribute, with the paired difference and its t 95% CI; a CI excluding 0 "
-                  "is an effect. Below 10 pairs there is no CI, and the note says so."),
+                  "attribute, with the paired difference and its t 95% CI. A pair is a unit "
+                  "with its seeds averaged (n_pairs units, n_seeds seeds each; the pairing "
+                  "column says so, and where a protocol's seeds make new units), so a CI "
+                  "excluding 0 is an effect at the level of the units, not of repeated asks. "
+                  "Below 10 pairs there is no CI, and the note says so."),
     ReportSection("Mitigation arms against their unmitigated twins",
                   ("tables/mitigation_effects.csv",),
                   how_to_read="Each mitigation arm (a spec's [mitigations], or a protocol's "
@@ -55,6 +60,7 @@ _GENERIC = [
                   "all) and per group. On the clean arm (exposure none) diff is what the "
                   "mitigation costs or gains with no bias injected; on an exposed arm, how much "
                   "of the exposure it undoes (a negative diff on a measure the exposure raised). "
+                  "Pairs are units with their seeds averaged, as in the table above. "
                   "Below 10 pairs there is no CI, and the note says so."),
     ReportSection("Model against model (corrected for multiplicity)",
                   ("tables/model_comparisons.csv",), ("figures/model_comparisons.png",),
@@ -185,10 +191,18 @@ row key (a judge-sensitivity row, a flips list) would otherwise push the table's
 columns out of the card."""
 
 
+_NUMBER = r"-?(?:\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?|inf|nan)%?"
+_NUMERIC = re.compile(rf"{_NUMBER}(?: \[{_NUMBER}, {_NUMBER}\])?", re.IGNORECASE)
+"""A number, or a value with its interval (``-0.500 [-0.832, -0.168]``): never broken."""
+
+
 def _cell(text: str) -> str:
-    """A table cell: long text wraps anywhere (``wrap``); a value of more than a few words or
-    a long identifier, such as ``0.50 [0.09, 0.91]`` or ``scripted:multiturn-followup``, may
-    wrap at its spaces and after its punctuation (``sp``); the rest stays on one line."""
+    """A table cell: a number or an interval stays on one line, its minus signs with it; long
+    text wraps anywhere (``wrap``); a value of more than a few words or a long identifier,
+    such as ``scripted:multiturn-followup``, may wrap at its spaces and after its punctuation
+    (``sp``); the rest stays on one line."""
+    if _NUMERIC.fullmatch(text):
+        return f'<td class="num">{html.escape(text)}</td>'
     if len(text) > _WRAP_CHARS:
         return f'<td class="wrap">{html.escape(text)}</td>'
     if len(text) > 12 and (" " in text or len(text) > 20):
@@ -384,15 +398,70 @@ table{border-collapse:collapse;font-size:12px;font-variant-numeric:tabular-nums}
 th,td{border:1px solid #e2e2e2;padding:3px 6px;text-align:left;white-space:nowrap}
 td.wrap{white-space:normal;overflow-wrap:anywhere;min-width:12em;max-width:22em}
 td.sp{white-space:normal;min-width:6em}th{white-space:normal;min-width:3em}
+td.num{white-space:nowrap}
 th{background:#f2f2f2;position:sticky;top:0}th.ci{background:#e8f1e4}
 tbody tr:nth-child(even){background:#fbfbfb}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:0}
 dl.facts dt{color:#555}dl.facts dd{margin:0}
 figure{margin:10px 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
+h2{margin:4px 0 6px;font-size:19px}
+.plots{display:flex;flex-wrap:wrap;gap:8px}.plots figure{margin:4px 0;flex:0 1 560px}
 figcaption{font-size:12px;color:#555}
 pre{background:#f6f6f6;padding:8px;overflow:auto;font-size:12px}
 a.vl{color:#0072b2}
 """
+
+
+_FINDINGS_HOW = ("What the run found: every exposure's effect (exposed minus clean) and every "
+                 "mitigation's (mitigated minus unmitigated) on each measure of the unit, "
+                 "pooled over groups, with its paired t 95% CI, the number of pairs and how a "
+                 "pair was formed (pairing; n_seeds seeds averaged per unit). An interval that "
+                 "excludes 0 is an effect at that confidence; no interval means too few pairs "
+                 "to tell. Per group, per model and the protocol's own tables follow.")
+
+
+def _findings_html(run_dir: Path, claimed: set[Path]) -> str:
+    """The first section: each arm's effect per measure, as a table and a forest plot."""
+    rows = finding_rows(run_dir)
+    if rows.empty:
+        return ""
+    shown = pd.DataFrame({
+        "effect of": rows["arm"], "measure": [
+            " · ".join(str(p) for p in (r.node, r.field, r.stratum) if str(p) not in ("", "nan"))
+            for r in rows.itertuples()],
+        "variant": rows["variant"], "model": rows["model"], "diff": rows["diff"],
+        "ci_low": rows["ci_low"], "ci_high": rows["ci_high"], "n_pairs": rows["n_pairs"],
+        "n_seeds": rows["n_seeds"], "pairing": rows["pairing"], "note": rows["note"]})
+    for column in ("variant", "model"):
+        if shown[column].nunique() <= 1:
+            shown = shown.drop(columns=column)
+    shown, _ = fold_cis(shown)
+    cap = 40
+    head = "".join(f"<th>{_header(str(c))}</th>" for c in shown.columns)
+    body = "".join("<tr>" + "".join(_cell(_fmt(v)) for v in row) + "</tr>"
+                   for row in shown.head(cap).itertuples(index=False, name=None))
+    more = (f'<p class="note">first {cap} of {len(shown)} rows; all rows in '
+            '<a href="tables/exposed_vs_clean.csv">tables/exposed_vs_clean.csv</a> and '
+            '<a href="tables/mitigation_effects.csv">tables/mitigation_effects.csv</a></p>'
+            if len(shown) > cap else "")
+    figures = _expand(run_dir, [f"figures/{FINDINGS_PREFIX}*.png"])
+    claimed.update(figures)
+    plots = "".join(_figure_html(run_dir, p) for p in figures)
+    return ('<section id="s-findings"><h2>Findings</h2>'
+            f'<p class="how"><b>How to read this:</b> {html.escape(_FINDINGS_HOW)}</p>'
+            f'<div class="plots">{plots}</div>'
+            f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
+            f"</table></div>{more}</section>")
+
+
+def _shown_path(run_dir: Path) -> str:
+    """The run as the report names it: its path relative to the working directory when it is
+    below it, else its name alone; never an absolute path (the file is mailed and attached)."""
+    try:
+        rel = os.path.relpath(run_dir.resolve(), Path.cwd().resolve())
+    except ValueError:  # another drive
+        return run_dir.name
+    return rel if not rel.startswith("..") else run_dir.name
 
 
 def write_html_report(store: RunStore, run_dir: str | Path,
@@ -410,6 +479,7 @@ def write_html_report(store: RunStore, run_dir: str | Path,
     run_dir = Path(run_dir)
     facts, spec = _run_facts(store, run_dir)
     claimed: set[Path] = set()
+    findings = _findings_html(run_dir, claimed)
     body = [_section_html(run_dir, s, claimed) for s in sections]
     generic = [_section_html(run_dir, s, claimed) for s in _GENERIC]
     rest_tables = [p for p in _dedupe_tables(_expand(run_dir, ["tables/*.csv", "tables/*.md"]))
@@ -435,7 +505,8 @@ def write_html_report(store: RunStore, run_dir: str | Path,
     title = f"biaslab report: {facts['spec name'] or run_dir.name} ({facts['protocol']})"
     fact_rows = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>"
                         for k, v in facts.items() if v != "")
-    viewer = (f"Links marked <b>view</b> open <code>biaslab view {html.escape(str(run_dir))}"
+    shown_path = _shown_path(run_dir)
+    viewer = (f"Links marked <b>view</b> open <code>biaslab view {html.escape(shown_path)}"
               f"</code>; start it first (it serves on http://127.0.0.1:{DEFAULT_VIEWER_PORT}). "
               "With another <code>--port</code>, open this report from the viewer "
               f"(http://127.0.0.1:PORT/{REPORT_FILE}), where the links follow that port.")
@@ -443,13 +514,14 @@ def write_html_report(store: RunStore, run_dir: str | Path,
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
-        f"<header><h1>{html.escape(title)}</h1><p>{html.escape(str(run_dir.resolve()))}</p>"
+        f"<header><h1>{html.escape(title)}</h1><p>{html.escape(shown_path)}</p>"
         "</header><main>",
+        findings, *body,
         '<section id="s-run"><h3>Run</h3><dl class="facts">', fact_rows, "</dl>",
         f'<p class="note">{viewer}</p>',
         f"<details><summary>spec.toml</summary><pre>{html.escape(spec)}</pre></details>"
         "</section>",
-        _node_health(run_dir), *body, *generic,
+        _node_health(run_dir), *generic,
         f'<p class="note">Written {html.escape(_when(dt.datetime.now().timestamp()))} by '
         "biaslab; self-contained (no network).</p></main></body></html>",
     ]

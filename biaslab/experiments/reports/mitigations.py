@@ -22,9 +22,9 @@ from typing import Any
 
 import pandas as pd
 
-from biaslab.evaluators.exposure_effects import MIN_PAIRS_FOR_CI, paired_arms
+from biaslab.evaluators.exposure_effects import MIN_PAIRS_FOR_CI, UNIT_PAIRING, paired_arms
 from biaslab.experiments.reports.generic import pooled_and_by_group, sort_groups
-from biaslab.experiments.reports.units import PAIR_KEYS, unit_frame, unit_of
+from biaslab.experiments.reports.units import PAIR_KEYS, pairing_of, unit_frame, unit_of
 from biaslab.graphs.registry import Protocol
 from biaslab.graphs.units import AnalysisUnit
 from biaslab.prompts.exposure import NO_MITIGATION, split_condition_id
@@ -35,8 +35,8 @@ __all__ = ["StructuralMitigation", "STRUCTURAL_MITIGATIONS", "mitigation_effects
 
 MITIGATION_EFFECTS_FILE = "mitigation_effects.csv"
 MITIGATION_EFFECTS_COLUMNS = ["unit", "variant", "model", "node", "field", "stratum",
-                              "attribute", "group", "exposure", "mitigation", "n_pairs",
-                              "unmitigated_mean", "mitigated_mean", "diff", "ci_low",
+                              "attribute", "group", "exposure", "mitigation", "pairing",
+                              "n_pairs", "n_seeds", "unmitigated_mean", "mitigated_mean", "diff", "ci_low",
                               "ci_high", "note"]
 
 
@@ -57,15 +57,16 @@ STRUCTURAL_MITIGATIONS: dict[str, tuple[StructuralMitigation, ...]] = {
 _BY = ["variant", "model", "node", "field", "stratum", "group", "exposure"]
 
 
-def _paired(frame: pd.DataFrame, unit: AnalysisUnit, confidence: float, min_pairs: int
-            ) -> pd.DataFrame:
+def _paired(frame: pd.DataFrame, unit: AnalysisUnit, confidence: float, min_pairs: int,
+            pairing: str) -> pd.DataFrame:
     if frame.empty or NO_MITIGATION not in set(frame["mitigation"]) \
             or set(frame["mitigation"]) == {NO_MITIGATION}:
         return pd.DataFrame(columns=[*_BY, "mitigation"])
     return paired_arms(pooled_and_by_group(frame, unit), value="value", pair_on=PAIR_KEYS,
                        arm="mitigation", reference=NO_MITIGATION, by=_BY,
                        names=("unmitigated", "mitigated"), confidence=confidence,
-                       min_pairs=min_pairs)
+                       min_pairs=min_pairs,
+                       replicates=pairing_of(unit, pairing)[0])
 
 
 def _structural(units: pd.DataFrame, proto: Protocol | None) -> list[pd.DataFrame]:
@@ -88,8 +89,8 @@ def _structural(units: pd.DataFrame, proto: Protocol | None) -> list[pd.DataFram
 
 
 def mitigation_effects(units: pd.DataFrame, unit: AnalysisUnit, proto: Protocol | None = None,
-                       *, confidence: float = 0.95, min_pairs: int = MIN_PAIRS_FOR_CI
-                       ) -> pd.DataFrame:
+                       *, confidence: float = 0.95, min_pairs: int = MIN_PAIRS_FOR_CI,
+                       pairing: str = UNIT_PAIRING) -> pd.DataFrame:
     """Each mitigation arm against the unmitigated arm of the same exposure, per measure.
 
     Args:
@@ -100,21 +101,25 @@ def mitigation_effects(units: pd.DataFrame, unit: AnalysisUnit, proto: Protocol 
     Returns:
         One row per variant × model × node × measure × stratum × group × exposure ×
         mitigation arm: ``n_pairs`` units seen with and without the mitigation (same item,
-        seed, node visit and unit), the two means, ``diff`` = mitigated − unmitigated, and its
+        node visit and unit, seeds averaged: ``n_seeds``; ``pairing`` names the rule), the
+        two means, ``diff`` = mitigated − unmitigated, and its
         paired t interval (none, and a ``note``, below `MIN_PAIRS_FOR_CI` pairs).
     """
     if units.empty:
         return pd.DataFrame(columns=MITIGATION_EFFECTS_COLUMNS)
     split = [split_condition_id(c) for c in units["condition"]]
     units = units.assign(exposure=[e for e, _ in split], mitigation=[m for _, m in split])
-    parts = [_paired(units, unit, confidence, min_pairs)]
-    parts += [_paired(f, unit, confidence, min_pairs) for f in _structural(units, proto)]
+    label = pairing_of(unit, pairing)[1]
+    parts = [_paired(units, unit, confidence, min_pairs, pairing)]
+    parts += [_paired(f, unit, confidence, min_pairs, pairing)
+              for f in _structural(units, proto)]
     parts = [p for p in parts if not p.empty]
     if not parts:
         return pd.DataFrame(columns=MITIGATION_EFFECTS_COLUMNS)
     effects = pd.concat(parts, ignore_index=True)
     effects.insert(0, "unit", unit.name)
     effects["attribute"] = unit.group or ""
+    effects["pairing"] = label
     return sort_groups(effects, ["variant", "model", "node", "field", "stratum", "exposure",
                                  "mitigation"])[MITIGATION_EFFECTS_COLUMNS]
 

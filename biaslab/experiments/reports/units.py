@@ -14,13 +14,15 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from biaslab.evaluators.exposure_effects import UNIT_PAIRING, pairing_label
 from biaslab.graphs.llm_nodes import turn_loops
 from biaslab.graphs.registry import Protocol
 from biaslab.graphs.units import ITEM_UNIT, AnalysisUnit, Measure
 from biaslab.prompts.exposure import condition_id
 from biaslab.traces.store import RunStore
 
-__all__ = ["unit_frame", "cell_measures", "unit_of", "flatten", "json_text", "UNIT_KEYS", "PAIR_KEYS", "ALL_GROUPS"]
+__all__ = ["unit_frame", "cell_measures", "unit_of", "flatten", "json_text", "pairing_of",
+           "UNIT_KEYS", "PAIR_KEYS", "ALL_GROUPS"]
 
 UNIT_KEYS = ["variant", "item", "condition", "model", "seed", "node", "visit", "unit",
              "stratum", "group", "field"]
@@ -32,6 +34,21 @@ ALL_GROUPS = "all"
 
 _MAX_LABELS = 8  # a string field with at most this many short distinct values is a label
 _MAX_LABEL_CHARS = 40
+
+
+def pairing_of(unit: AnalysisUnit, pairing: str = UNIT_PAIRING) -> tuple[list[str], str]:
+    """The seed handling of every paired table: (the `PAIR_KEYS` averaged away, the words of
+    the table's ``pairing`` column).
+
+    By default (`UNIT_PAIRING`) a unit's seeds are averaged first, so a pair is a unit;
+    a protocol whose seeds make new units (`AnalysisUnit.seed_units`) pairs (unit, seed), and
+    so does the named alternative `SEED_PAIRING`."""
+    label = pairing_label(pairing)
+    if pairing != UNIT_PAIRING:
+        return [], label
+    if unit.seed_units:
+        return [], "unit x seed (each seed a new unit)"
+    return ["seed"], label
 
 
 def unit_of(proto: Protocol | None) -> AnalysisUnit:
@@ -133,7 +150,9 @@ def _wide(store: RunStore, unit: AnalysisUnit, options: Any) -> pd.DataFrame:
     coords = {r["cell_id"]: r for r in cells.to_dict("records")}
     measures = [m for m in unit.measures if isinstance(m, Measure)]
     rows, visits = [], {}
-    for cell_id, _, node, value in store.iter_outputs(node=unit.node):
+    outputs = (store.iter_outputs() if unit.nodes is None else
+               (o for n in unit.nodes for o in store.iter_outputs(node=n)))
+    for cell_id, _, node, value in outputs:
         c = coords.get(cell_id)
         if c is None or value is None:
             continue
@@ -213,7 +232,7 @@ def cell_measures(proto: Protocol | None, options: Any, variant: str, coords: Ma
     out: list[dict[str, Any]] = []
     visits: dict[str, int] = {}
     for node, value in outputs:
-        if (unit.node is not None and node != unit.node) or value is None:
+        if (unit.nodes is not None and node not in unit.nodes) or value is None:
             continue
         visit = visits.get(node, 0)
         visits[node] = visit + 1
