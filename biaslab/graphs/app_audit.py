@@ -33,6 +33,8 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, ConfigDict, Field
 
 from biaslab.agents.app_models import APP_PROMPT, AppCalls, intercepting
+from biaslab.agents.app_tools import (TOOL_SETTINGS, AppTools, ToolSetting, recording_tools,
+                                      tool_rows)
 from biaslab.agents.context import Bindings, CellContext
 from biaslab.agents.gateway import Gateway, RetryPolicy
 from biaslab.agents.providers import ModelSpec, parse_model
@@ -76,6 +78,10 @@ class AppOptions(BaseModel):
     """The exposure template's slot values, per direction."""
     recursion_limit: int = Field(default=100, ge=1, le=10_000)
     """LangGraph steps one item may take."""
+    tools: ToolSetting = "replay"
+    """What a replay does with a tool call its source never made (`biaslab.agents.app_tools`):
+    ``replay`` fails the cell, ``live`` runs the tool. A recorded call is always answered from
+    the record, and a first run runs every tool it has not run before."""
     discovered: dict[str, Any] | None = None
     """Set by the discovery pass: ``nodes`` (node → calls on the first item, in order of
     first call), ``tokens`` (node → tokens) and the ``item`` and ``model`` it ran."""
@@ -104,10 +110,13 @@ def app_spec_options(data: Mapping[str, Any]) -> dict[str, Any]:
                "outcome_field": outcome.get("field"), "outcome_parse": outcome.get("parse"),
                "unit": outcome.get("unit"), "group": outcome.get("group"),
                "directions": data.get("directions") or {},
-               "recursion_limit": data.get("recursion_limit")}
+               "recursion_limit": data.get("recursion_limit"), "tools": data.get("tools")}
+    if "tools" in data and data["tools"] not in TOOL_SETTINGS:
+        raise UserError(f"tools = {data['tools']!r}: must be \"replay\" (a replay answers "
+                        "tools from the record and refuses new calls) or \"live\"")
     rest = {k: v for k, v in data.items()
             if k not in ("app", "items", "outcome", "directions", "options", "protocol",
-                         "recursion_limit")}
+                         "recursion_limit", "tools")}
     # "each": every node that calls a model, alone (the core's "singletons")
     if isinstance(rest.get("conditions"), dict) and rest["conditions"].get("targets") == "each":
         rest["conditions"] = {**rest["conditions"], "targets": "singletons"}
@@ -338,6 +347,7 @@ class AppState(TypedDict, total=False):
     item: str
     outcome: dict
     final_state: Any
+    tools: list
 
 
 # -- the protocol ---------------------------------------------------------------------------------
@@ -425,8 +435,10 @@ class AppAudit(Protocol):
         config: dict[str, Any] = {"recursion_limit": options.recursion_limit}
         if getattr(app, "checkpointer", None):
             config["configurable"] = {"thread_id": f"biaslab-{uuid.uuid4()}"}
-        with intercepting(calls):
+        tools = AppTools(ctx, calls.loop, options.tools, calls.prefix)
+        with intercepting(calls), recording_tools(tools):
             final = await app.ainvoke(state, config)
+        tools.raise_refusal()  # even where the app caught its tool's error
         try:
             value = outcome_of(final, options, self._parse(options))
         except OutcomeMissing:
@@ -436,7 +448,10 @@ class AppAudit(Protocol):
         outcome = {"unit": item, self.measure(options): value}
         if options.group:
             outcome[options.group] = row.get(options.group)
-        return {"outcome": outcome, "final_state": state_json(final)}
+        done = {"outcome": outcome, "final_state": state_json(final)}
+        if tools.records:  # the tools it ran (or was answered for), in order
+            done["tools"] = tools.records
+        return done
 
     # -- nodes, found by running the first item ---------------------------------------------------
 
@@ -464,6 +479,21 @@ class AppAudit(Protocol):
 
     def all_nodes(self) -> set[str]:
         return set()
+
+    # -- the tools it ran -------------------------------------------------------------------------
+
+    def report(self, store, run_dir: Path, options: AppOptions) -> list[Path]:
+        """``tables/tool_calls.csv``: every tool execution of every cell, when the app ran any."""
+        frame = _tool_frame(store)
+        if frame.empty:
+            return []
+        path = Path(run_dir) / "tables" / "tool_calls.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(path, index=False)
+        return [path]
+
+    def exports(self) -> Mapping[str, Any]:
+        return {"tools": _export_tools}
 
     def prepare_plan(self, spec, options: AppOptions, models: list[ModelSpec],
                      aliases: Mapping[str, ModelSpec]):
@@ -507,6 +537,23 @@ class AppAudit(Protocol):
                     f"'{options.discovered.get('item')}' (nodes that call one: "
                     f"{', '.join(nodes) or 'none'})")
         return spec, options
+
+
+def _tool_frame(store):
+    import pandas as pd
+
+    rows = [row for cell_id, _, _, value in store.iter_outputs(node=APP_NODE)
+            if isinstance(value, dict) for row in tool_rows(cell_id, value)]
+    return pd.DataFrame(rows, columns=["cell_id", "seq", "node", "tool", "occurrence", "args",
+                                       "result", "status", "error"])
+
+
+def _export_tools(store, out_dir: Path, options: AppOptions) -> list[Path]:
+    """``biaslab export --format tools``: the tool executions as JSON lines."""
+    path = Path(out_dir) / "tool_calls.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _tool_frame(store).to_json(path, orient="records", lines=True, force_ascii=False)
+    return [path]
 
 
 def _named_nodes(spec) -> list[tuple[str, str]]:
