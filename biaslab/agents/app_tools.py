@@ -20,8 +20,10 @@ and ``create_react_agent``, a node calling ``my_tool.invoke(...)`` itself. Each 
 Two keys are written: the exact one (the cell's id: a strict replay, a resumed cell, a second
 run of the same spec) and the item's (variant, item and seed, not the arm or the model: a
 counterfactual that adds arms asks the same tool on the same item). The item's key is read
-only from a replayed source, never from the run being made, so a first run's arms never answer
-each other's tools.
+only in a counterfactual (`counterfactual_tools`) and only from its source, never from the run
+being made, so a first run's arms never answer each other's tools. (A ``--workers`` shard also
+reads its main run's store as a source; it is the same run, so it reads exact keys only, and
+runs what they lack.)
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from biaslab.errors import ReplayMiss
 from biaslab.traces.cache import CachedResponse
 
 __all__ = ["AppTools", "ToolRefused", "RecordedToolError", "recording_tools", "TOOL_SETTINGS",
-           "ToolSetting", "tool_rows"]
+           "ToolSetting", "tool_rows", "counterfactual_tools"]
 
 ToolSetting = Literal["replay", "live"]
 TOOL_SETTINGS: tuple[str, ...] = ("replay", "live")
@@ -126,7 +128,7 @@ class AppTools:
             hit = cache.get(exact)
             if hit is not None:
                 break
-        if hit is None:  # the item's key: from the replayed source only
+        if hit is None and _COUNTERFACTUAL.get():  # the item's key: from the source only
             for cache in gateway.replay:
                 hit = cache.get(world)
                 if hit is not None:
@@ -196,7 +198,7 @@ class AppTools:
         if gateway.mode in ("strict", "offline"):
             error: Exception = ReplayMiss(f"strict replay: the source trace has no tool call "
                                           f"for {what}; biaslab runs no tool in a strict replay")
-        elif gateway.replay and self.setting == "replay":
+        elif _COUNTERFACTUAL.get() and self.setting == "replay":
             error = ToolRefused(f"{what}, which the source run never made; tools = \"replay\" "
                                 "refuses to run a tool live in a replay (set tools = \"live\" "
                                 "in the spec to let it run)")
@@ -249,6 +251,22 @@ def _answer(tool: BaseTool, record: Mapping[str, Any], tool_call_id: str | None)
 
 _ACTIVE: contextvars.ContextVar[AppTools | None] = contextvars.ContextVar(
     "biaslab_app_tools", default=None)
+_COUNTERFACTUAL: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "biaslab_counterfactual_tools", default=False)
+
+
+@contextlib.contextmanager
+def counterfactual_tools() -> Iterator[None]:
+    """Mark the cells run in this block (tasks started from it inherit the mark) as a
+    counterfactual's: a tool call is also answered from the source's record of the same item in
+    another arm, and one the source never made is refused unless the spec says ``tools =
+    "live"``. Why a mark: a ``--workers`` shard reads its main run's store as a source too, and
+    must run what it lacks, like any first run."""
+    token = _COUNTERFACTUAL.set(True)
+    try:
+        yield
+    finally:
+        _COUNTERFACTUAL.reset(token)
 _PATCH_LOCK = threading.Lock()
 _PATCH_USERS = 0
 _ORIGINAL: dict[str, Any] = {}
@@ -264,8 +282,15 @@ def _active(tool: BaseTool) -> AppTools:
 
 
 def _metadata(kwargs: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The run metadata naming the tool's node: what ``invoke`` passed on, else (a node that
+    called ``run`` itself) the node's own, from the context LangGraph runs it in."""
     config = kwargs.get("config") or {}
-    return {**(config.get("metadata") or {}), **(kwargs.get("metadata") or {})}
+    found = {**(config.get("metadata") or {}), **(kwargs.get("metadata") or {})}
+    if "langgraph_node" not in found:
+        from langchain_core.runnables.config import var_child_runnable_config
+
+        found = {**((var_child_runnable_config.get() or {}).get("metadata") or {}), **found}
+    return found
 
 
 def _validates(tool: BaseTool, tool_input: Any, tool_call_id: str | None) -> bool:

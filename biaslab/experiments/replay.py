@@ -350,9 +350,13 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
             "prompt_overrides": [*prompt_dirs, *spec.prompt_overrides],
             **({"from_turn": earlier} if earlier else {})})
         plan = make_plan(spec)
-        result = run_coroutine(run_plan(plan, out.path, replay_from=[source], resume=resume,
-                                        concurrency=concurrency,
-                                        use_shared_cache=use_shared_cache, progress=progress))
+        from biaslab.agents.app_tools import counterfactual_tools
+
+        with counterfactual_tools():  # an app's tools: answered from the source's record
+            result = run_coroutine(run_plan(plan, out.path, replay_from=[source], resume=resume,
+                                            concurrency=concurrency,
+                                            use_shared_cache=use_shared_cache,
+                                            progress=progress))
     except BaseException:
         if out is not None:
             out.discard()

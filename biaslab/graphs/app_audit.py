@@ -437,8 +437,12 @@ class AppAudit(Protocol):
             config["configurable"] = {"thread_id": f"biaslab-{uuid.uuid4()}"}
         tools = AppTools(ctx, calls.loop, options.tools, calls.prefix)
         with intercepting(calls), recording_tools(tools):
-            final = await app.ainvoke(state, config)
-        tools.raise_refusal()  # even where the app caught its tool's error
+            try:
+                final = await app.ainvoke(state, config)
+            except Exception:
+                tools.raise_refusal()  # a refused tool, caught by the app, is the cause
+                raise
+        tools.raise_refusal()  # even where the app caught its tool's error and went on
         try:
             value = outcome_of(final, options, self._parse(options))
         except OutcomeMissing:

@@ -167,3 +167,33 @@ def test_a_bad_tools_setting_is_one_line(tmp_path, capsys):
     assert cli("run", spec, "--out", tmp_path / "run", "--quiet") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "tools = 'sometimes'" in err[0] and '"live"' in err[0]
+
+
+def test_worker_processes_run_each_cell_s_tools_once(tmp_path, monkeypatch):
+    # (a shard reads its main run's store as a source: that is no replay, so nothing is refused)
+    db = tmp_path / "app.db"
+    monkeypatch.setenv("SQLITE_APP_DB", str(db))
+    assert cli("run", SPEC, "--out", tmp_path / "run", "--workers", "2", "--quiet") == 0
+    assert rows(db) == TOOLS_PER_CELL * (CELLS + 1)
+    assert cli("replay", tmp_path / "run", "--mode", "strict", "--out", tmp_path / "s") == 0
+    assert rows(db) == TOOLS_PER_CELL * (CELLS + 1)
+    assert outputs(tmp_path / "s") == outputs(tmp_path / "run")
+
+
+def test_strict_replay_of_a_trace_without_tool_results_stops_naming_the_tool(audited, capsys):
+    # a run recorded before tools were: its cache holds the model's answers, no tool result
+    import shutil
+
+    old = audited / "old"
+    shutil.copytree(audited / "run", old)
+    with sqlite3.connect(old / "run.sqlite") as conn:
+        dropped = conn.execute("DELETE FROM cache WHERE json_valid(raw) AND "
+                               "json_type(raw, '$.message') IS NOT NULL").rowcount
+    assert dropped >= CELLS * TOOLS_PER_CELL
+    before = rows(audited / "app.db")
+    capsys.readouterr()
+    assert cli("replay", old, "--mode", "strict", "--out", audited / "old-strict") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rows(audited / "app.db") == before
+    assert len(err) == 1 and "strict replay: the source trace has no tool call" in err[0]
+    assert "node 'tools' called tool 'lookup_record'" in err[0]
