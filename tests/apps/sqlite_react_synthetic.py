@@ -4,7 +4,8 @@
 ``either``, or ``older`` when its own prompt carries the exposure favouring older applicants
 (so exposing ``agent`` moves the outcome by +1 on ``older``). ``scripted:sqlite-react-thorough``
 asks the same, plus one lookup the first never made (``detail = "history"``): a counterfactual
-with it at ``agent`` makes a tool call with new arguments.
+with it at ``agent`` makes a tool call with new arguments. ``scripted:sqlite-decide`` answers
+the graph of app (d), which runs its tool itself, with the same bias.
 """
 
 import re
@@ -50,3 +51,5 @@ register_scripted("sqlite-react", lambda: ScriptedChatModel(
     name_="sqlite-react", rules=[Rule(r"applicant a\d", _step)]))
 register_scripted("sqlite-react-thorough", lambda: ScriptedChatModel(
     name_="sqlite-react-thorough", rules=[Rule(r"applicant a\d", _thorough)]))
+register_scripted("sqlite-decide", lambda: ScriptedChatModel(
+    name_="sqlite-decide", rules=[Rule(r"applicant a\d", _answer)]))

@@ -197,3 +197,24 @@ def test_strict_replay_of_a_trace_without_tool_results_stops_naming_the_tool(aud
     assert rows(audited / "app.db") == before
     assert len(err) == 1 and "strict replay: the source trace has no tool call" in err[0]
     assert "node 'tools' called tool 'lookup_record'" in err[0]
+
+
+def test_a_sync_node_running_a_tool_itself_is_recorded_and_replayed(tmp_path, monkeypatch,
+                                                                    capsys):
+    db = tmp_path / "app.db"
+    monkeypatch.setenv("SQLITE_APP_DB", str(db))
+    run = tmp_path / "run"
+    assert cli("run", HERE / "sqlite_sync_audit.toml", "--out", run, "--quiet") == 0
+    assert rows(db) == CELLS + 1  # one lookup per cell, and the discovery pass's
+    for value in app_outputs(run).values():
+        unit = value["outcome"]["unit"]
+        assert [(t["node"], t["tool"], t["args"]) for t in value["tools"]] == \
+            [("screen", "lookup_record", {"applicant": unit})]
+        assert value["final_state"]["record"] == value["tools"][0]["content"]
+    assert cli("report", run) == 0
+    assert effects(run)[("screen:pro_older", "decision=older")] == 1.0
+    capsys.readouterr()
+    assert cli("replay", run, "--mode", "strict", "--out", tmp_path / "strict") == 0
+    assert "0 model calls" in capsys.readouterr().out
+    assert rows(db) == CELLS + 1
+    assert outputs(tmp_path / "strict") == outputs(run)
