@@ -87,6 +87,8 @@ class AppTools:
         loop: the event loop the caches are used from (a sync tool runs in a worker thread).
         setting: ``replay`` or ``live``: what a replay does with a call its source lacks.
         prefix: the checkpoint namespace the app runs in (as `AppCalls.prefix`).
+        app: names the app (its reference) in the keys: the shared cache serves every
+            experiment, and another app's tool of the same name is another tool.
         records: the cell's tool executions, in order, as the cell's output keeps them.
         refused: the first refusal, raised again after the app returns, so an app that
             catches its tools' errors (``handle_tool_errors=True``) cannot hide it.
@@ -96,6 +98,7 @@ class AppTools:
     loop: asyncio.AbstractEventLoop
     setting: str = "replay"
     prefix: str = ""
+    app: str = ""
     records: list[dict[str, Any]] = field(default_factory=list)
     refused: Exception | None = None
     _seen: dict[str, int] = field(default_factory=dict)
@@ -114,10 +117,9 @@ class AppTools:
             return self.ctx.cell_id
         return _canonical([coords.get("variant"), coords.get("item"), coords.get("seed")])
 
-    @staticmethod
-    def _key(scope: str, call: str, occurrence: int) -> str:
-        return hashlib.sha256(_canonical([_KEY_VERSION, scope, call, occurrence]).encode()
-                              ).hexdigest()
+    def _key(self, scope: str, call: str, occurrence: int) -> str:
+        return hashlib.sha256(_canonical([_KEY_VERSION, self.app, scope, call, occurrence]
+                                         ).encode()).hexdigest()
 
     # -- the caches (used on the loop's thread: SQLite connections stay in theirs) -----------
     def _recorded(self, exact: str, world: str) -> dict[str, Any] | None:

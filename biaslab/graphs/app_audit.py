@@ -435,7 +435,7 @@ class AppAudit(Protocol):
         config: dict[str, Any] = {"recursion_limit": options.recursion_limit}
         if getattr(app, "checkpointer", None):
             config["configurable"] = {"thread_id": f"biaslab-{uuid.uuid4()}"}
-        tools = AppTools(ctx, calls.loop, options.tools, calls.prefix)
+        tools = AppTools(ctx, calls.loop, options.tools, calls.prefix, options.app)
         with intercepting(calls), recording_tools(tools):
             try:
                 final = await app.ainvoke(state, config)
