@@ -7,7 +7,9 @@ input states). Its chat-model calls are routed through the gateway by
 mitigations, ``[nodes.NAME]`` model bindings, recording and replay act on the app's nodes by
 name. The cell's output is the app's outcome (``[outcome] field`` of the final state, or a
 function of it) with the unit and group read from the item, and the final state itself; the
-generic report pairs the outcome of each unit in the clean and the exposed arms.
+generic report pairs the outcome of each unit in the clean and the exposed arms. The LangChain
+tools the app runs are recorded (the output's ``tools``) and, in replays, answered from the
+record (`biaslab.agents.app_tools`).
 
 Which nodes call a model is known only by running the app: before the grid is made, one
 discovery pass runs the first item clean on the first model (`AppAudit.prepare_plan`). Its
