@@ -298,8 +298,11 @@ def _metadata(kwargs: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def _validates(tool: BaseTool, tool_input: Any, tool_call_id: str | None) -> bool:
     """Whether the input passes the tool's own validation (which runs nothing): an input
     that fails it goes to LangChain's run as it is, which reports it the way it always does."""
+    check = getattr(tool, "_to_args_and_kwargs", None)
+    if check is None:  # (a LangChain without it: every input is recorded, none slips past)
+        return True
     try:
-        tool._to_args_and_kwargs(tool_input, tool_call_id)
+        check(tool_input, tool_call_id)
     except Exception:
         return False
     return True
