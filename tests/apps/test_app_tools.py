@@ -218,3 +218,31 @@ def test_a_sync_node_running_a_tool_itself_is_recorded_and_replayed(tmp_path, mo
     assert "0 model calls" in capsys.readouterr().out
     assert rows(db) == CELLS + 1
     assert outputs(tmp_path / "strict") == outputs(run)
+
+
+def test_replay_tools_live_lets_new_arguments_run_for_one_counterfactual(audited, capsys):
+    before = rows(audited / "app.db")
+    out = audited / "thorough-live"
+    assert cli("replay", audited / "run", "--mode", "counterfactual", "--node", "agent",
+               "--model", "scripted:sqlite-react-thorough", "--tools", "live", "--out", out,
+               "--quiet") == 0
+    assert rows(audited / "app.db") == before + CELLS
+    assert not any(cell_errors(out).values())
+    # a strict replay has no tool to let run
+    assert cli("replay", audited / "run", "--mode", "strict", "--tools", "live",
+               "--out", audited / "strict-live") == 2
+    assert "--tools" in capsys.readouterr().err
+
+
+def test_replay_tools_is_for_apps_only(tmp_path, capsys):
+    from support_runs import amplification_spec, run_spec
+
+    run_spec(amplification_spec(options={"datasets": ["math"], "max_test": 2,
+                                         "n_resamples": 100}), tmp_path / "run")
+    capsys.readouterr()
+    assert cli("replay", tmp_path / "run", "--mode", "counterfactual", "--node", "prediction",
+               "--model", "scripted:sqlite-decide", "--tools", "live",
+               "--out", tmp_path / "cf", "--quiet") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--tools applies to an audited app" in err[0]
+    assert not (tmp_path / "cf").exists()
