@@ -336,7 +336,8 @@ def _replay_into(args, out: Path) -> int:
                                  targets=args.targets, position=args.position,
                                  template=args.template, overrides=args.overrides,
                                  mitigation=args.mitigation, swap_groups=args.swap_groups,
-                                 from_turn=args.from_turn, resume=args.resume, concurrency=args.concurrency,
+                                 from_turn=args.from_turn, tools=args.tools,
+                                 resume=args.resume, concurrency=args.concurrency,
                                  use_shared_cache=not args.no_cache, progress=not args.quiet)
     print(done.summary(), file=sys.stderr)
     print(f"counterfactual run in {out}: {done.counters.model_calls} model calls, "
@@ -708,6 +709,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--from-turn", type=int, metavar="K",
                     help="counterfactual: make the change from turn K on only (protocols with "
                          "turns); turns 1..K-1 are kept from the source run")
+    rp.add_argument("--tools", choices=["replay", "live"],
+                    help="counterfactual, audited app: what a tool call the source never made "
+                         "does: fails the cell (replay) or runs (live); default: the spec's")
     rp.add_argument("--resume", action="store_true",
                     help="continue an interrupted replay in --out")
     rp.add_argument("--concurrency", type=int, help="maximum model calls in flight")
@@ -846,7 +850,8 @@ def _main(argv: list[str] | None) -> int:
 _POSITIONALS = {"spec": "SPEC", "run_dir": "RUN_DIR", "run_dirs": "RUN_DIR", "protocol":
                 "PROTOCOL", "ref": "REF"}
 _COUNTERFACTUAL_ONLY = ("node", "prompt", "model", "directions", "targets", "position",
-                        "template", "mitigation", "swap_groups", "overrides", "from_turn")
+                        "template", "mitigation", "swap_groups", "overrides", "from_turn",
+                        "tools")
 
 
 def _refuse_meaningless(args) -> None:

@@ -238,7 +238,7 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
                    position: str | None = None, template: str | None = None,
                    overrides: list[str] | None = None, from_turn: int | None = None,
                    mitigation: str | None = None, swap_groups: str | None = None,
-                   resume: bool = False, concurrency: int | None = None,
+                   tools: str | None = None, resume: bool = False, concurrency: int | None = None,
                    use_shared_cache: bool = True, progress: bool = True
                    ) -> CounterfactualResult:
     """Re-run with one change; unchanged calls are served from the source trace.
@@ -264,6 +264,8 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
             of turns 1..from_turn-1 are made with the source's settings, so they ask what the
             source asked and are answered from its trace; only turns from `from_turn` on pay.
             Recorded in the new run's spec (``[from_turn]``), so its resume and report know it.
+        tools: an audited app's ``tools`` setting for this run (``replay``: a tool call the
+            source never made fails the cell; ``live``: it runs); default: the source's.
         resume: continue an interrupted counterfactual in `out_dir`.
 
     Returns the run, the protocol's tables in `out_dir`, and the comparison with the source
@@ -344,15 +346,24 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
                                 "replay its own source instead")
             spec = spec.model_copy(update={"swap_groups": _swap_change(swap_groups, node,
                                                                        spec.protocol)})
+        if tools is not None:
+            if "app" not in spec.options:
+                raise UserError("--tools applies to an audited app (a spec with app = ...), "
+                                f"not to protocol '{spec.protocol}'")
+            spec = spec.model_copy(update={"options": {**spec.options, "tools": tools}})
         spec = spec.model_copy(update={
             "nodes": nodes, "conditions": conditions,
             **({"mitigations": mitigations} if mitigations else {}),
             "prompt_overrides": [*prompt_dirs, *spec.prompt_overrides],
             **({"from_turn": earlier} if earlier else {})})
         plan = make_plan(spec)
-        result = run_coroutine(run_plan(plan, out.path, replay_from=[source], resume=resume,
-                                        concurrency=concurrency,
-                                        use_shared_cache=use_shared_cache, progress=progress))
+        from biaslab.agents.app_tools import counterfactual_tools
+
+        with counterfactual_tools():  # an app's tools: answered from the source's record
+            result = run_coroutine(run_plan(plan, out.path, replay_from=[source], resume=resume,
+                                            concurrency=concurrency,
+                                            use_shared_cache=use_shared_cache,
+                                            progress=progress))
     except BaseException:
         if out is not None:
             out.discard()
@@ -361,7 +372,7 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
     try:
         change = {"node": node or None, "prompt": prompt or None, "model": model,
                   "overrides": prompt_dirs or None, "from_turn": from_turn,
-                  "mitigation": mitigation,
+                  "mitigation": mitigation, "tools": tools,
                   "swap_groups": (spec.swap_groups.lexicon if spec.swap_groups else None),
                   **changes}
         store = RunStore(out.path)

@@ -7,7 +7,9 @@ input states). Its chat-model calls are routed through the gateway by
 mitigations, ``[nodes.NAME]`` model bindings, recording and replay act on the app's nodes by
 name. The cell's output is the app's outcome (``[outcome] field`` of the final state, or a
 function of it) with the unit and group read from the item, and the final state itself; the
-generic report pairs the outcome of each unit in the clean and the exposed arms.
+generic report pairs the outcome of each unit in the clean and the exposed arms. The LangChain
+tools the app runs are recorded (the output's ``tools``) and, in replays, answered from the
+record (`biaslab.agents.app_tools`).
 
 Which nodes call a model is known only by running the app: before the grid is made, one
 discovery pass runs the first item clean on the first model (`AppAudit.prepare_plan`). Its
@@ -35,6 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from biaslab.agents.app_egress import guarding
 from biaslab.agents.app_guard import parse_allow_hosts
 from biaslab.agents.app_models import APP_PROMPT, AppCalls, intercepting
+from biaslab.agents.app_tools import (TOOL_SETTINGS, AppTools, ToolSetting, recording_tools,
+                                      tool_rows)
 from biaslab.agents.context import Bindings, CellContext
 from biaslab.agents.gateway import Gateway, RetryPolicy, RunCounters
 from biaslab.agents.providers import ModelSpec, parse_model
@@ -85,6 +89,10 @@ class AppOptions(BaseModel):
     allow_hosts: list[str] = []
     """Hosts (``host`` or ``host:port``) the app's own code may reach while a cell runs,
     besides its model calls, which biaslab answers (`biaslab.agents.app_egress`)."""
+    tools: ToolSetting = "replay"
+    """What a replay does with a tool call its source never made (`biaslab.agents.app_tools`):
+    ``replay`` fails the cell, ``live`` runs the tool. A recorded call is always answered from
+    the record, and a first run runs every tool it has not run before."""
     discovered: dict[str, Any] | None = None
     """Set by the discovery pass: ``nodes`` (node → calls on the first item, in order of
     first call), ``tokens`` (node → tokens) and the ``item`` and ``model`` it ran; and
@@ -117,10 +125,13 @@ def app_spec_options(data: Mapping[str, Any]) -> dict[str, Any]:
                "directions": data.get("directions") or {},
                "recursion_limit": data.get("recursion_limit"),
                "allow_hosts": [str(rule) for rule in parse_allow_hosts(data.get("allow_hosts"))]
-               or None}
+               or None, "tools": data.get("tools")}
+    if "tools" in data and data["tools"] not in TOOL_SETTINGS:
+        raise UserError(f"tools = {data['tools']!r}: must be \"replay\" (a replay answers "
+                        "tools from the record and refuses new calls) or \"live\"")
     rest = {k: v for k, v in data.items()
             if k not in ("app", "items", "outcome", "directions", "options", "protocol",
-                         "recursion_limit", "allow_hosts")}
+                         "recursion_limit", "allow_hosts", "tools")}
     # "each": every node that calls a model, alone (the core's "singletons")
     if isinstance(rest.get("conditions"), dict) and rest["conditions"].get("targets") == "each":
         rest["conditions"] = {**rest["conditions"], "targets": "singletons"}
@@ -385,6 +396,7 @@ class AppState(TypedDict, total=False):
     outcome: dict
     final_state: Any
     http: list  # the app's exchanges with the hosts the spec allows (`app_traffic`)
+    tools: list  # the tools it ran, or was answered for from the record (`app_tools`)
 
 
 # -- the protocol ---------------------------------------------------------------------------------
@@ -476,9 +488,15 @@ class AppAudit(Protocol):
         if getattr(app, "checkpointer", None):
             config["configurable"] = {"thread_id": f"biaslab-{uuid.uuid4()}"}
         allow = parse_allow_hosts(options.allow_hosts)
-        with intercepting(calls), guarding(calls, allow, strict=ctx.gateway.mode != "live") \
-                as guard:
-            final = await app.ainvoke(state, config)
+        tools = AppTools(ctx, calls.loop, options.tools, calls.prefix, options.app)
+        with intercepting(calls), recording_tools(tools), \
+                guarding(calls, allow, strict=ctx.gateway.mode != "live") as guard:
+            try:
+                final = await app.ainvoke(state, config)
+            except Exception:
+                tools.raise_refusal()  # a refused tool, caught by the app, is the cause
+                raise
+        tools.raise_refusal()  # even where the app caught its tool's error and went on
         try:
             value = outcome_of(final, options, self._parse(options))
         except OutcomeMissing:
@@ -491,6 +509,8 @@ class AppAudit(Protocol):
         out = {"outcome": outcome, "final_state": state_json(final)}
         if guard.traffic:  # what the app sent to the hosts the spec allows
             out["http"] = guard.traffic
+        if tools.records:  # the tools it ran (or was answered for), in order
+            out["tools"] = tools.records
         return out
 
     # -- nodes, found by running the first item ---------------------------------------------------
@@ -520,16 +540,29 @@ class AppAudit(Protocol):
     def all_nodes(self) -> set[str]:
         return set()
 
+    # -- its own tables: the traffic it sent, the tools it ran ----------------------------------
+
     def report(self, store, run_dir: Path, options: AppOptions) -> list[Path]:
-        """``tables/app_http.csv``: what the app sent to the hosts the spec allows."""
+        """``tables/app_http.csv`` (what the app sent to the hosts the spec allows) and
+        ``tables/tool_calls.csv`` (every tool execution of every cell), when there are any."""
         from biaslab.graphs.app_traffic import write_app_http
 
-        return write_app_http(store, run_dir, APP_NODE)
+        written = list(write_app_http(store, run_dir, APP_NODE))
+        frame = _tool_frame(store)
+        if not frame.empty:
+            path = Path(run_dir) / "tables" / "tool_calls.csv"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            frame.to_csv(path, index=False)
+            written.append(path)
+        return written
 
     def report_sections(self):
         from biaslab.graphs.app_traffic import APP_HTTP_SECTION
 
         return [APP_HTTP_SECTION]
+
+    def exports(self) -> Mapping[str, Any]:
+        return {"tools": _export_tools}
 
     def prepare_plan(self, spec, options: AppOptions, models: list[ModelSpec],
                      aliases: Mapping[str, ModelSpec]):
@@ -589,6 +622,23 @@ class AppAudit(Protocol):
                  "model_calls": paid.get("model_calls", {}).get(node, 0),
                  "cache_hits": n - paid.get("model_calls", {}).get(node, 0)}
                 for node, n in (paid.get("calls") or {}).items()]
+
+
+def _tool_frame(store):
+    import pandas as pd
+
+    rows = [row for cell_id, _, _, value in store.iter_outputs(node=APP_NODE)
+            if isinstance(value, dict) for row in tool_rows(cell_id, value)]
+    return pd.DataFrame(rows, columns=["cell_id", "seq", "node", "tool", "occurrence", "args",
+                                       "result", "status", "error"])
+
+
+def _export_tools(store, out_dir: Path, options: AppOptions) -> list[Path]:
+    """``biaslab export --format tools``: the tool executions as JSON lines."""
+    path = Path(out_dir) / "tool_calls.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _tool_frame(store).to_json(path, orient="records", lines=True, force_ascii=False)
+    return [path]
 
 
 def _named_nodes(spec) -> list[tuple[str, str]]:
