@@ -41,6 +41,8 @@ directions = ["pro_female", "pro_male"]
 targets = "singletons"
 """
 INTERRUPT_LINE = re.compile(r"interrupted|Ctrl-C|quitting")
+_BIASLAB_FRAME = re.compile(r'File "[^"]*/biaslab/')
+"""A traceback frame in the biaslab package (not pip's ``__editable___biaslab_*`` finder)."""
 
 
 def console_script() -> str:
@@ -62,9 +64,12 @@ class Try:
     @property
     def before_biaslab(self) -> bool:
         """The signal landed in the interpreter's own start, before the console script's first
-        import ran any line of biaslab (`biaslab.console`): Python ends by the signal there,
-        with nothing of biaslab's in its output."""
-        return self.code == -signal.SIGINT and "biaslab" not in self.stderr
+        import ran any line of biaslab (`biaslab.console`): in Python's initialisation or its
+        ``site`` module (which loads the ``.pth`` files, an editable install's finder among
+        them). Python ends by the signal there, or with exit 1 and a traceback through its own
+        start-up code, with no frame in the biaslab package and no line of biaslab's."""
+        return (self.code in (-signal.SIGINT, 1) and not _BIASLAB_FRAME.search(self.stderr)
+                and "biaslab:" not in self.stderr)
 
     @property
     def problem(self) -> str | None:
