@@ -890,8 +890,8 @@ def _refuse_bad_out(args) -> None:
     from biaslab.experiments.out_paths import check_out
 
     command, out = args.command, getattr(args, "out", None)
-    sources = {"replay": [args.run_dir] if command == "replay" else [],
-               "merge": getattr(args, "run_dirs", None) or []}.get(command, [])
+    sources = [args.run_dir] if command == "replay" else \
+        list(args.run_dirs) if command == "merge" else []
     check_out(out, sources=sources)
     if command == "run" and args.shard:
         if not out:
