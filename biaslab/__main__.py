@@ -1,5 +1,5 @@
 import sys
 
-from biaslab.cli import main
+from biaslab.console import main
 
 sys.exit(main())

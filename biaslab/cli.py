@@ -890,10 +890,27 @@ def _refuse_meaningless(args) -> None:
                 raise UserError(f"{run_dir} is listed twice (as {seen[resolved]}); list each "
                                 "run to merge once")
             seen[resolved] = run_dir
-    if command == "export" and args.out and Path(args.out).exists() \
-            and not Path(args.out).is_dir():
-        raise UserError(f"--out {args.out} is a file; export writes a directory: give a new "
-                        "or existing directory")
+    _refuse_bad_out(args)
+
+
+def _refuse_bad_out(args) -> None:
+    """Every verb's ``--out`` by the same rules (`out_paths.check_out`), and ``--shard``'s
+    needs, before any work."""
+    from biaslab.experiments.out_paths import check_out
+
+    command, out = args.command, getattr(args, "out", None)
+    sources = [args.run_dir] if command == "replay" else \
+        list(args.run_dirs) if command == "merge" else []
+    check_out(out, sources=sources)
+    if command == "run" and args.shard:
+        if not out:
+            raise UserError("--shard needs --out: each shard writes a directory of its own, "
+                            "which biaslab merge combines")
+        from biaslab.traces.store import STORE_FILE
+
+        if args.resume and not (Path(out) / STORE_FILE).is_file():
+            raise UserError(f"--resume: {out} holds no run of shard {args.shard} to continue; "
+                            "leave out --resume to start it, or give the shard's directory")
 
 
 def _drop_stdout() -> None:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 __all__ = ["ParseError", "NoVerdict", "OutputConstraint", "Parser", "probability_list",
-           "json_object", "probability_list_grammar", "label_with_reason", "quoted_blocks"]
+           "json_object", "probability_list_grammar", "label_with_reason", "quoted_blocks",
+           "same_verdict"]
 
 
 class ParseError(ValueError):
@@ -81,11 +82,14 @@ def probability_list_grammar(n: int, tag: str = "OUTPUT") -> OutputConstraint:
 
 
 def json_object(required: Sequence[str], validate: Callable[[dict], Any] | None = None) -> Parser:
-    """Parse the last top-level JSON object in the text that has the required keys; optionally
+    """Parse the one top-level JSON object in the text that has the required keys; optionally
     validate it.
 
-    The last, because a model that restates or quotes something before answering puts its own
-    answer at the end; objects nested in another object are part of that object, not answers.
+    Exactly one answer: several such objects are accepted only when they are the same verdict
+    (`same_verdict`: a model that restates its answer); two that differ are a `ParseError`,
+    never "the last one", since a judge that quotes a judged text holding a forged
+    ``{"label": "no"}`` after its own verdict would otherwise have the forgery read. Objects
+    nested in another object are part of that object, not answers.
     """
 
     def parse(text: str) -> Any:
@@ -103,13 +107,32 @@ def json_object(required: Sequence[str], validate: Callable[[dict], Any] | None 
         if not objects:
             raise NoVerdict(f"invalid JSON: {first_error}" if first_error
                             else "no JSON object found")
-        complete = [o for o in objects if all(k in o for k in required)]
+        complete = [o for o in objects if isinstance(o, dict) and all(k in o for k in required)]
         if not complete:
-            missing = next(k for k in required if k not in objects[-1])
+            last = objects[-1] if isinstance(objects[-1], dict) else {}
+            missing = next(k for k in required if k not in last)
             raise NoVerdict(f"JSON object lacks key '{missing}'")
-        return validate(complete[-1]) if validate else complete[-1]
+        values = [validate(o) for o in complete] if validate else complete
+        if any(not same_verdict(values[0], v) for v in values[1:]):
+            raise ParseError(f"{len(values)} different answers in one text "
+                             f"({', '.join(_brief(v) for v in values)}); give exactly one")
+        return values[-1]
 
     return parse
+
+
+def same_verdict(one: Any, other: Any) -> bool:
+    """Whether two parsed answers are the same verdict: a judge's ``label`` decides (a restated
+    verdict may word its justification differently); any other value is compared whole."""
+    if isinstance(one, dict) and isinstance(other, dict) and "label" in one and "label" in other:
+        return one["label"] == other["label"]
+    return one == other
+
+
+def _brief(value: Any) -> str:
+    """An answer as a parse error names it: a judge's label, else the value, cut short."""
+    shown = value["label"] if isinstance(value, dict) and "label" in value else value
+    return repr(shown)[:60]
 
 
 def label_with_reason(labels: Sequence[str]) -> tuple[Parser, OutputConstraint]:

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from biaslab.agents.parsers import NoVerdict, ParseError, Parser
+from biaslab.agents.parsers import NoVerdict, ParseError, Parser, _brief, same_verdict
 
 __all__ = ["VerdictMarker", "marker_for", "parse_marked", "requested_marker", "answer_in_marker",
            "VERDICT_PROMPT", "MARKER_TOKENS"]
@@ -70,21 +70,32 @@ def marker_for(key: bytes, messages: Sequence[dict[str, str]]) -> VerdictMarker:
 def parse_marked(parser: Parser, text: str, marker: VerdictMarker) -> Any:
     """Parse the judge's answer from between its markers, and from nowhere else.
 
-    Each closed ``open … close`` span is a candidate; the last one the parser accepts is the
-    answer (a judge that first echoes the instruction, or restates its verdict, still gives its
-    own). No span: `NoVerdict`, naming the markers, so the re-ask says what was missing. An
-    opening marker never closed is not an answer: what follows it may be a quote.
+    Each closed ``open … close`` span is a candidate, and the answer must be exactly one
+    verdict: a span the parser finds no answer in (`NoVerdict`: the judge echoing the
+    instruction's markers, say) is not one; a span that holds two verdicts (the parser's
+    `ParseError`), or two spans with different verdicts, is a parse failure, re-asked like any
+    other, never "the last one" (a judge that quotes the judged text between its own markers,
+    or puts a second pair around a quoted claim, would have the quote read). Spans that
+    restate one verdict agree and count once (`same_verdict`). No span: `NoVerdict`, naming
+    the markers, so the re-ask says what was missing. An opening marker never closed is not an
+    answer: what follows it may be a quote.
     """
     spans = re.findall(re.escape(marker.open) + r"(.*?)" + re.escape(marker.close), text, re.S)
     if not spans:
         raise NoVerdict(f"no answer between the markers {marker.open} and {marker.close}")
-    error: ParseError | None = None
-    for span in reversed(spans):
+    values: list[Any] = []
+    empty: NoVerdict | None = None
+    for span in spans:
         try:
-            return parser(span)
-        except ParseError as exc:
-            error = error or exc
-    raise error
+            values.append(parser(span))
+        except NoVerdict as exc:
+            empty = empty or exc
+    if not values:
+        raise empty  # type: ignore[misc]  (spans exist, so one raised)
+    if any(not same_verdict(values[0], value) for value in values[1:]):
+        raise ParseError(f"two different verdicts between the markers {marker.open} and "
+                         f"{marker.close}: {', '.join(_brief(v) for v in values)}; give exactly one")
+    return values[-1]
 
 
 def requested_marker(prompt: str) -> VerdictMarker | None:

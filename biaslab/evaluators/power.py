@@ -98,6 +98,9 @@ class PowerContrast:
         test: the report's test, a key of `TESTS` (default: the design's, `DEFAULT_TESTS`).
         seeds_averaged: the report averages a unit's seeds into one value (seeds re-ask the
             same unit): `n` does not grow with the seeds.
+        max_effect: the largest effect the measure can show at all, where it is bounded
+            (a difference of two groups' mean changes of a 0/1 label: 2); an ``--mde`` at or
+            beyond it is refused, not answered with a meaningless n.
     """
 
     label: str
@@ -110,6 +113,7 @@ class PowerContrast:
     groups: tuple[str, str] | None = None
     seeds_averaged: bool = False
     test: str | None = None
+    max_effect: float | None = None
 
     def __post_init__(self):
         if self.test is None:
@@ -201,6 +205,9 @@ def check_effect(contrast: PowerContrast, effect: float, assumptions: PowerAssum
                             "exceeds a rate of 1 (lower --baseline or the effect)")
     elif not effect > 0 or not math.isfinite(effect):
         raise UserError(f"--mde {effect}: the effect must be a positive number")
+    elif contrast.max_effect is not None and effect >= contrast.max_effect:
+        raise UserError(f"--mde {effect}: {contrast.label} is bounded (it cannot reach "
+                        f"{contrast.max_effect:g}); give an effect below that, e.g. 0.1")
 
 
 def required_n(contrast: PowerContrast, effect: float, assumptions: PowerAssumptions, *,

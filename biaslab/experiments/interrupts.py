@@ -365,4 +365,20 @@ def interrupt_hint_text() -> str:
 
 
 def _raise_interrupt(signum, frame) -> None:
+    if _importing(frame):  # a module half imported: say the line and end, unwinding nothing
+        quit_now(f"biaslab: interrupted{interrupt_hint_text()}")
     raise KeyboardInterrupt
+
+
+def _importing(frame) -> bool:
+    """Whether the main thread is inside an import (a lazily imported library: matplotlib,
+    scikit-learn, a plugin). A KeyboardInterrupt raised there leaves an extension module half
+    initialised, and unwinding or collecting it can crash the process (SIGSEGV, no message,
+    as `export` did when interrupted while pyarrow loaded). Unwinding would finish nothing
+    (what a command writes is committed as it goes, and a report can be written again), so
+    the command ends at once instead: the same line, exit 130."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False

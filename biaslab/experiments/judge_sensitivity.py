@@ -35,11 +35,12 @@ from typing import Any, Hashable
 
 import pandas as pd
 
+from biaslab.agents.providers import parse_model
 from biaslab.agents.providers.answer_sheet import ANSWER_SHEET, write_answer_sheet
 from biaslab.errors import ReplayMiss, UserError
 from biaslab.evaluators.judge_sensitivity import (Configuration, Vote, configurations,
                                                   sensitivity_bands)
-from biaslab.experiments.plan import make_plan
+from biaslab.experiments.plan import make_plan, model_aliases
 from biaslab.experiments.replay import (check_not_running, counterfactual, load_run_plan,
                                         load_run_spec, open_run)
 from biaslab.experiments.reports import write_html_report, write_reports
@@ -219,6 +220,7 @@ def _panel(run_dir: Path, judges: list[str] | None):
         if not proto.judge_nodes:
             raise UserError(f"protocol '{proto.name}' declares no judge nodes "
                             "(Protocol.judge_nodes): judge sensitivity has no panel to re-weigh")
+        _check_alternates(plan, proto, judges or [])
         calls = _judge_calls(source, tuple(proto.judge_nodes))
         present = [n for n in proto.judge_nodes if n in set(calls["node"])]
         if not present:
@@ -233,6 +235,19 @@ def _panel(run_dir: Path, judges: list[str] | None):
     if len(set(judges or [])) != len(judges or []):
         raise UserError("--judges: each alternate model once")
     return plan, proto, calls, present, done, kept
+
+
+def _check_alternates(plan, proto, judges: list[str]) -> None:
+    """Each ``--judges`` model is one this run can call (a known provider, a registered
+    scripted model, its key present) and no judge node's name, before anything is written."""
+    aliases = model_aliases(plan.spec)
+    for model in judges:
+        if model in proto.judge_nodes:
+            raise UserError(f"--judges: '{model}' is the name of a judge node; give a model")
+        try:
+            parse_model(model, aliases).check_ready()
+        except UserError as exc:
+            raise UserError(f"--judges {model}: {exc}") from None
 
 
 def judge_sensitivity(run_dir: str | Path, *, judges: list[str] | None = None,

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from biaslab.agents.context import Bindings, CellContext, EarlierTurns, bound_prompt
 from biaslab.agents.gateway import Gateway
-from biaslab.agents.providers import ModelSpec, parse_model
+from biaslab.agents.providers import PROVIDERS, ModelSpec, parse_model
 from biaslab.errors import UserError
 from biaslab.experiments.spec import (ConditionSettings, ExperimentSpec, MitigationSettings,
                                       NodeSettings)
@@ -199,8 +199,7 @@ def make_plan(spec: ExperimentSpec, *, models: list[str] | None = None,
     spec = _protocol_default_conditions(spec, proto)
     options = proto.parse_options(spec.options)
     prompts = PromptRegistry(spec.prompt_overrides)
-    aliases = {name: parse_model({**table, "alias": table.get("alias", name)})
-               for name, table in spec.model_aliases.items()}
+    aliases = model_aliases(spec)
     model_specs = [parse_model(m, aliases) for m in (models or spec.models)]
     labels = [m.label for m in model_specs]
     for label in labels:
@@ -415,3 +414,22 @@ def _earlier_turns(spec: ExperimentSpec, proto: Protocol, options: BaseModel,
                          c.template or proto.exposure_template, where="from_turn.conditions_before")
         arms = {v: {cond.id: cond for cond in conds} for v, conds in grid.items()}
     return EarlierPlan(ft.turn, prompts, node_models, node_prompts, arms)
+
+
+def model_aliases(spec: ExperimentSpec) -> dict[str, ModelSpec]:
+    """The spec's ``[model_aliases.<name>]`` tables as models. A name that reads as a model
+    string of another model (a provider, ``local``, or ``provider:model``) is refused: the
+    alias would silently replace that model wherever the spec or a flag names it. (A run's
+    recorded spec keys each resolved model by its own label, which names itself.)"""
+    for name, table in spec.model_aliases.items():
+        provider, colon, model = name.partition(":")
+        if provider not in PROVIDERS or not isinstance(table, dict):
+            continue
+        names_itself = table.get("provider") == provider and (
+            not colon or str(table.get("model", "")) == model)
+        if not names_itself:
+            raise UserError(f"model_aliases.{name}: the name shadows the provider "
+                            f"'{provider}' (the model string '{name}' would mean this alias "
+                            "instead); give the alias a name of its own")
+    return {name: parse_model({**table, "alias": table.get("alias", name)})
+            for name, table in spec.model_aliases.items()}

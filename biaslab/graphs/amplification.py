@@ -337,7 +337,7 @@ class Amplification(Protocol):
             out.append(PowerContrast(f"FBS on {item} test records", "record", "group_difference",
                                      int((sex == "F").sum()), int((sex == "M").sum()),
                                      measure="predicted_fail", pool_seeds=False,
-                                     groups=("F", "M")))
+                                     groups=("F", "M"), max_effect=2.0))
         return out
 
     def estimate(self, variant: str, item: str, options: AmplificationOptions

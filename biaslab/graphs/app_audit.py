@@ -100,6 +100,28 @@ class AppOptions(BaseModel):
     than being read from the memo, for ``cache_use.csv``."""
 
 
+def _check_directions(directions: Any) -> None:
+    """A direction that favours nobody (``favored = ""``) or the group it also names as
+    ``other`` would expose the app to a tilt toward no one: refused, not run as if it meant
+    something."""
+    if not isinstance(directions, dict):
+        return  # the options model names the shape it expects
+    for name, slots in directions.items():
+        if not isinstance(slots, dict):
+            continue
+        favored, other = slots.get("favored"), slots.get("other")
+        if isinstance(favored, str) and not favored.strip():
+            raise UserError(f"[directions.{name}]: favored is empty; name the group the "
+                            "exposure favours")
+        if isinstance(other, str) and not other.strip():
+            raise UserError(f"[directions.{name}]: other is empty; name the group the "
+                            "exposure disfavours")
+        if isinstance(favored, str) and isinstance(other, str) \
+                and favored.strip().casefold() == other.strip().casefold():
+            raise UserError(f"[directions.{name}]: favored and other are both '{favored}'; "
+                            "a direction favours one group over another")
+
+
 def app_spec_options(data: Mapping[str, Any]) -> dict[str, Any]:
     """An app spec's top-level ``app``, ``items``, ``[outcome]`` and ``[directions.*]`` as
     the options of protocol ``app-audit``; the rest of the spec is as for any protocol."""
@@ -119,6 +141,7 @@ def app_spec_options(data: Mapping[str, Any]) -> dict[str, Any]:
                         "unit, group)")
     if "items" not in data:
         raise UserError("an app spec needs items = \"cases.jsonl\" (one input state per line)")
+    _check_directions(data.get("directions") or {})
     options = {"app": data["app"], "items_file": data["items"],
                "outcome_field": outcome.get("field"), "outcome_parse": outcome.get("parse"),
                "unit": outcome.get("unit"), "group": outcome.get("group"),

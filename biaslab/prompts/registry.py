@@ -26,6 +26,7 @@ import hashlib
 import re
 import string
 import tomllib
+import unicodedata
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -38,9 +39,10 @@ __all__ = ["PromptTemplate", "PromptRegistry", "PACKAGE_PROMPTS", "Message", "es
 PACKAGE_PROMPTS = Path(__file__).parent
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": str}
 
-_TAG_OPENER = re.compile(r"[<\uFF1C\uFE64\u2039\u276C\u276E\u27E8\u3008\u2329](?=\s*/|[^\W\d])")
-"""A ``<`` (or a look-alike: fullwidth, small, angle brackets and quotation marks) that starts
-a tag-like token: ``<quoted-reply>``, ``</quoted-reply>``, ``<verdict-...>``, ``＜/quoted…``."""
+_TAG_OPENER = re.compile(r"[<\uFF1C\uFE64\u2039\u276C\u276E\u27E8\u3008\u2329]")
+"""A ``<`` or a look-alike (fullwidth, small, angle brackets and quotation marks): it opens a
+tag-like token (``<quoted-reply>``, ``</quoted-reply>``, ``<verdict-...>``, ``＜/quoted…``)
+when a name or ``/`` follows (`_opens_tag`)."""
 _BLOCK = re.compile(r"<(quoted-[\w-]+)>(.*?)</\1\s*>", re.S | re.I)
 
 
@@ -48,8 +50,31 @@ def escape_quoted(text: str) -> str:
     """A judged text made safe to stand inside a ``<quoted-...>`` block: every character that
     could open a tag (``<`` and its look-alikes, when a name or ``/`` follows) is written
     ``&lt;``, so no reply can close its block, open another, or write a verdict marker. The
-    text is otherwise unchanged: ``a < b`` and ``3<4`` stay as they are."""
-    return _TAG_OPENER.sub("&lt;", text)
+    text is otherwise unchanged: ``a < b`` and ``3<4`` stay as they are.
+
+    Invisible format characters (Unicode category Cf: zero-width space U+200B, word joiner
+    U+2060, soft hyphen, bidi marks...) between the ``<`` and the name are looked through: a
+    model that ignores them reads ``<\u200b/quoted-answer>`` as a closing tag."""
+    parts, last = [], 0
+    for match in _TAG_OPENER.finditer(text):
+        if _opens_tag(text, match.end()):
+            parts += [text[last:match.start()], "&lt;"]
+            last = match.end()
+    return "".join(parts) + text[last:] if parts else text
+
+
+def _opens_tag(text: str, at: int) -> bool:
+    """Whether what follows an opener at `at` makes it a tag: a letter, or ``/`` after spaces,
+    format characters (Cf) between them not counting."""
+    spaced = False
+    for char in text[at:at + 64]:
+        if unicodedata.category(char) == "Cf":
+            continue
+        if char.isspace():
+            spaced = True
+            continue
+        return char == "/" or (not spaced and (char.isalpha() or char == "_"))
+    return False
 
 
 def _slots_in_blocks(*texts: str) -> set[str]:

@@ -12,9 +12,10 @@ Where a run's key comes from, in order (`run_verdict_key`):
    source's byte for byte and its recorded answers are found;
 3. the user's key file (`verdict_key_path`: ``<BIASLAB_CACHE>.verdict-key`` beside the shared
    response cache, else ``~/.cache/biaslab/verdict-key``; created once, mode 0600, replaced
-   if damaged), whether or not the run uses the shared cache: so the same job into a new
+   if damaged, with a warning), whether or not the run uses the shared cache: so the same job into a new
    directory renders the same judge prompts, and is answered from the cache when it has one;
-4. a fresh random key, only where that file cannot be written.
+4. a fresh random key, only where that file cannot be read or written: one warning names the
+   file and the cost (the shared cache cannot answer this run's judge calls in a later run).
 
 It is not a credential: knowing it lets one predict markers, which matters only to a model that
 could put them in a judged text, and no model ever sees it.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -54,9 +56,25 @@ def verdict_key_path() -> Path:
         "verdict-key"
 
 
+_WARNED: set[tuple[str, str]] = set()
+_EFFECT = ("judge prompts of runs made with another key differ, so the shared response cache "
+           "will not answer their judge calls again")
+
+
+def _warn(path: Path, problem: str, effect: str) -> None:
+    """One line per file and problem per process (shards and replays ask again)."""
+    if (str(path), problem) in _WARNED:
+        return
+    _WARNED.add((str(path), problem))
+    sys.stderr.write(f"biaslab: warning: the verdict key file {path} {problem}; {effect}\n")
+    sys.stderr.flush()
+
+
 def cache_verdict_key(path: str | Path) -> bytes | None:
     """The key kept in the file at `path`, created on first use; None when it cannot be read
-    or made (the run then takes a key of its own)."""
+    or made (the run then takes a key of its own). Never silent: a file that cannot be read,
+    one that holds no key (damaged: replaced by a new key) and one that cannot be created are
+    each one warning naming the file and what it costs."""
     path = Path(path)
     damaged = False
     try:
@@ -66,8 +84,13 @@ def cache_verdict_key(path: str | Path) -> bytes | None:
         damaged = True
     except UnicodeDecodeError:
         damaged = True
-    except OSError:
+    except FileNotFoundError:
         pass
+    except OSError as exc:  # there, but unreadable: replacing it would hide the problem
+        _warn(path, f"cannot be read ({exc.strerror or exc})",
+              f"this run takes a key of its own, and {_EFFECT} (make the file readable, or "
+              "remove it to start a new key)")
+        return None
     key = secrets.token_bytes(_BYTES)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,6 +101,8 @@ def cache_verdict_key(path: str | Path) -> bytes | None:
         try:
             if damaged:  # unreadable as a key: replaced, so later runs share one again
                 os.replace(temp, path)
+                _warn(path, "held no key (damaged) and was replaced by a new key",
+                      f"{_EFFECT} (runs from now on share the new key)")
             else:
                 os.link(temp, path)  # never replaces a key another run wrote meanwhile
         except FileExistsError:
@@ -85,7 +110,10 @@ def cache_verdict_key(path: str | Path) -> bytes | None:
         finally:
             temp.unlink(missing_ok=True)
         return _decode(path.read_text(encoding="ascii").strip())
-    except OSError:
+    except OSError as exc:
+        _warn(path, f"cannot be created ({exc.strerror or exc})",
+              f"this run takes a key of its own, and {_EFFECT} (make its directory writable "
+              "or point BIASLAB_CACHE elsewhere)")
         return None
 
 

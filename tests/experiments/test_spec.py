@@ -28,6 +28,8 @@ def plugin(build: str, *, top: str = "") -> str:
             f"        {build}\n")
 
 
+APP = ('name = "x"\napp = "app.py:build"\nitems = "cases.jsonl"\n'
+       'models = ["scripted:amplification-synthetic"]\n[outcome]\nfield = "decision"\n')
 MINE = 'name = "x"\nprotocol = "mine"\nplugins = ["mine.py"]\nmodels = ["scripted:amplification-synthetic"]\n'
 STUDENT = (Path(__file__).parents[2] / "biaslab" / "datasets" / "files" / "student"
            / "student-mat.csv")
@@ -77,6 +79,16 @@ def run(tmp_path: Path, capsys, text: str, *extra: str):
      r"the math data \(3 rows, 2 failing\) is too small for a 80%/20% split"),
     (('prompt_overrides = ["mine"]\n' + GOOD, {"mine/amplification/predict.toml": None}),
      r"prompt override .*predict\.toml is a directory, not a template file"),
+    # issue 47: the last silent accepts of a spec
+    (APP + '[directions.pro_a]\nfavored = ""\nother = "group b"\n',
+     r"\[directions\.pro_a\]: favored is empty"),
+    (APP + '[directions.pro_a]\nfavored = "group b"\nother = "Group B"\n',
+     r"\[directions\.pro_a\]: favored and other are both 'group b'"),
+    (GOOD + '[model_aliases.openrouter]\nprovider = "scripted"\nmodel = "x"\n',
+     r"model_aliases\.openrouter: the name shadows the provider 'openrouter'"),
+    (GOOD.replace('models = ["scripted:amplification-synthetic"]', 'models = ["local"]')
+     + '[model_aliases.local]\nprovider = "scripted"\nmodel = "amplification-synthetic"\n',
+     r"model_aliases\.local: the name shadows the provider 'local'"),
 ])
 def test_bad_values_are_one_line(tmp_path, capsys, monkeypatch, text, message):
     text, files = text if isinstance(text, tuple) else (text, {})
@@ -175,7 +187,28 @@ def _empty_store(run):
 
 # (argv with SPEC, RUN for the copied spec and run, what to do to the run first, message)
 @pytest.mark.parametrize("argv, damage, message", [
-    ("export RUN --out SPEC", None, r"--out .*spec\.toml is a file; export writes a directory"),
+    ("export RUN --out SPEC", None, r"cannot use --out .*spec\.toml: it is a file, and this "
+                                    r"command writes a directory"),
+    # issue 47: one rule for every verb's --out, and the last silent accepts
+    ("replay RUN --mode rescore --sensitivity --out SPEC", None, r"spec\.toml: it is a file"),
+    ("replay RUN --mode rescore --sensitivity --out SPEC/x", None,
+     r"cannot use --out .*spec\.toml/x: .*spec\.toml is a file, not a directory"),
+    ("replay RUN --mode rescore --out RUN/tables/x", None,
+     r"cannot use --out .*run/tables/x: it is inside the source run"),
+    ("replay RUN --mode rescore --sensitivity --out RUN", None, r"inside the source run"),
+    ("replay RUN --mode strict --out RUN/again", None, r"inside the source run"),
+    ("merge RUN --out RUN/merged", None, r"inside the source run"),
+    ("run SPEC --out NEW\nx", None, r"cannot use --out '.*new\\nx': its name holds a control "
+                                    r"character \('\\n'\)"),
+    ("export RUN --out NEW\tx", None, r"holds a control character"),
+    ("run SPEC --shard 1/2", None, r"--shard needs --out"),
+    ("run SPEC --shard 1/2 --resume --out NEW", None,
+     r"--resume: .*new holds no run of shard 1/2 to continue"),
+    ("replay RUN --mode rescore --sensitivity --judges scripted:no-such-judge", None,
+     r"--judges scripted:no-such-judge: unknown scripted model 'no-such-judge'"),
+    ("replay RUN --mode rescore --sensitivity --judges judge", None,
+     r"--judges: 'judge' is the name of a judge node"),
+    ("estimate SPEC --mde 2", None, r"--mde 2\.0: FBS on math test records is bounded"),
     ("run SPEC --out ", None, r"--out is empty"),
     ("run SPEC --model  --out NEW", None, r"--model is empty"),
     ("run SPEC --scale  --out NEW", None, r"--scale is empty"),

@@ -54,7 +54,8 @@ def _judge_calls(run: Path):
     return calls[marked].sort_values(["cell_id", "node", "item"]), meta["verdict_key"]
 
 
-def test_the_key_file_is_made_once_private_and_beside_the_cache(tmp_path, monkeypatch):
+def test_the_key_file_is_made_once_private_and_beside_the_cache(tmp_path, monkeypatch,
+                                                                capsys):
     from biaslab.traces.verdict_key import verdict_key_path
     monkeypatch.setenv("BIASLAB_CACHE", str(tmp_path / "calls.sqlite"))
     path = verdict_key_path()
@@ -66,12 +67,32 @@ def test_the_key_file_is_made_once_private_and_beside_the_cache(tmp_path, monkey
     path.write_text("damaged")  # replaced by a new key, which later runs share
     fresh = cache_verdict_key(path)
     assert fresh is not None and fresh != key and cache_verdict_key(path) == fresh
+    err = capsys.readouterr().err  # ... never silently
+    assert err.count("\n") == 1 and f"verdict key file {path} held no key (damaged)" in err
     monkeypatch.setenv("BIASLAB_CACHE", "off")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert verdict_key_path() == tmp_path / "xdg" / "biaslab" / "verdict-key"
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert cache_verdict_key(blocker / "verdict-key") is None  # cannot be made: no key file
+    assert f"verdict key file {blocker}/verdict-key cannot be" in capsys.readouterr().err
+
+
+def test_an_unreadable_key_file_is_one_warning_naming_it(tmp_path, capsys, monkeypatch):
+    """Through the CLI: a key file that cannot be read (here a directory in its place; the
+    tests may run as root, which reads any file) is kept as it is, and each run says once
+    which file and what it costs, instead of silently taking a fresh key."""
+    monkeypatch.setenv("BIASLAB_CACHE", str(tmp_path / "calls.sqlite"))
+    (tmp_path / "calls.sqlite.verdict-key").mkdir()
+    _run(tmp_path, "first")
+    err = capsys.readouterr().err
+    warnings = [ln for ln in err.splitlines() if "verdict key file" in ln]
+    assert warnings == [f"biaslab: warning: the verdict key file {tmp_path}/calls.sqlite."
+                        f"verdict-key cannot be read (Is a directory); this run takes a key of "
+                        "its own, and judge prompts of runs made with another key differ, so "
+                        "the shared response cache will not answer their judge calls again "
+                        "(make the file readable, or remove it to start a new key)"], err
+    assert (tmp_path / "calls.sqlite.verdict-key").is_dir()  # not replaced
 
 
 def test_runs_sharing_a_cache_share_judge_prompts_and_answers(tmp_path, capsys):

@@ -7,8 +7,10 @@ calls, to exercise retries and parse-failure recording.
 
 Like a model that follows its instructions, a scripted model answers a judge's prompt, which
 asks for the answer between verdict markers (`biaslab.agents.verdicts`), with its rule's text
-between those markers, unless the text already holds them (a rule that writes more than its
-verdict, e.g. a judge that quotes what it judged, places them itself).
+between those markers, unless the text already holds them. A rule that writes more than its
+verdict (a judge that quotes what it judged, as real judges do) returns a `Verdict`: only what
+it marks as the verdict goes between the markers, so a quoting test double does not put its
+quote inside them (a verdict span holds exactly one verdict, or it is a parse failure).
 
 A rule may answer a structured-output request with a dict or a pydantic object: it becomes the
 JSON text a model following the schema writes (``json_schema``, ``json_mode``), or, when the
@@ -34,10 +36,10 @@ from pydantic import PrivateAttr
 
 from biaslab.agents.structured_output import schema_of, structured_text
 from biaslab.agents.tool_answers import Reply, ToolCall, encode_answer
-from biaslab.agents.verdicts import answer_in_marker
+from biaslab.agents.verdicts import answer_in_marker, requested_marker
 from biaslab.errors import ModelCallError, UserError
 
-__all__ = ["ScriptedChatModel", "Rule", "Fault", "ScriptedRequest", "register_scripted",
+__all__ = ["ScriptedChatModel", "Rule", "Verdict", "Fault", "ScriptedRequest", "register_scripted",
            "resolve_scripted", "Reply", "ToolCall"]
 
 
@@ -100,9 +102,29 @@ class ScriptedRequest:
         return [m["content"] for m in self.messages if m["role"] == "tool"]
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """A judge's answer in parts: `answer` is its verdict, the only part written between the
+    markers its prompt asks for; `before` and `after` stand outside them (a quote of what it
+    judged, a restatement). `after` may be another `Verdict`: a judge that writes a second
+    pair of markers (around a quoted claim, say)."""
+
+    answer: str
+    before: str = ""
+    after: "str | Verdict" = ""
+
+    def text(self, prompt: str) -> str:
+        """The answer as the judge writes it for `prompt` (its markers, where it asks for
+        them)."""
+        after = self.after.text(prompt) if isinstance(self.after, Verdict) else self.after
+        marker = requested_marker(prompt)
+        return self.before + (marker.wrap(self.answer) if marker else self.answer) + after
+
+
 Responder = str | Callable[[ScriptedRequest], Any]
-"""A text answer, a `Reply` with tool calls or a refusal (an audited app's tool loop), or a
-dict or pydantic object answering a structured-output request."""
+"""A text answer, a `Verdict` (a judge's answer with text outside its markers), a `Reply` with
+tool calls or a refusal (an audited app's tool loop), or a dict or pydantic object answering a
+structured-output request."""
 
 
 @dataclass(frozen=True)
@@ -179,8 +201,11 @@ class ScriptedChatModel(BaseChatModel):
                                  retry_after=fault.retry_after, transient=status == 429 or status >= 500)
         if text is None:
             text = self._respond(request)
-            structured = None if isinstance(text, (str, Reply)) else structured_text(text)
-            if structured is not None:  # a schema's answer: its JSON, or the forced tool's call
+            structured = None if isinstance(text, (str, Reply, Verdict)) \
+                else structured_text(text)
+            if isinstance(text, Verdict):
+                text = text.text(request.user)
+            elif structured is not None:  # a schema's answer: its JSON, or the forced tool's call
                 forced = request.forced_tool
                 text = Reply(tool_calls=[ToolCall(forced, json.loads(structured), "call_1")]) \
                     if forced else structured

@@ -1,0 +1,41 @@
+"""Ctrl-C at random moments of the first 3 s of ``biaslab run``, ``report`` and ``export``:
+``python bench/ctrl_c_loop.py --runs 50`` (about 10 minutes on a loaded 2-core machine).
+
+Each try must end with exit 130 and one line (tests/support_ctrl_c.py says how a try is
+judged); the test tests/test_ctrl_c_start.py runs the same loop with a few tries per verb.
+Prints one line per problem and a summary; exits 1 if any try went wrong."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import support_ctrl_c  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=50, help="tries per verb (default 50)")
+    parser.add_argument("--window", type=float, default=3.0, help="seconds (default 3)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="biaslab-ctrl-c-") as root:
+        tries = support_ctrl_c.loop(Path(root), args.runs, window_s=args.window, seed=args.seed)
+    counts = collections.Counter()
+    for t in tries:
+        kind = ("problem" if t.problem else "finished first" if t.finished_first
+                else "before biaslab's first line" if t.before_biaslab else "exit 130, one line")
+        counts[(t.verb, kind)] += 1
+        if t.problem:
+            print(f"PROBLEM {t.verb} at {t.at_s:.2f} s: {t.problem}: {t.stderr[-400:]!r}")
+    for (verb, kind), n in sorted(counts.items()):
+        print(f"{verb:7} {kind:30} {n}")
+    return 1 if any(t.problem for t in tries) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
