@@ -313,8 +313,9 @@ class _Progress:
         """The call counters in one line of at most about 75 characters."""
         c = self.counters
         elapsed = max(time.monotonic() - self.started, 1e-9)
+        why = f" ({c.last_retry})" if c.retries and c.last_retry else ""
         return (f"calls {c.model_calls:,} {c.model_calls / elapsed:.1f}/s · cached "
-                f"{c.cache_hits:,} · retry {c.retries} · err {c.errors} · unparsed "
+                f"{c.cache_hits:,} · retry {c.retries}{why} · err {c.errors} · unparsed "
                 f"{c.parse_failures} · tok {self._short(c.tokens)}")
 
     def calls_line(self):
