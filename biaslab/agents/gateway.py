@@ -208,6 +208,18 @@ def _describe_error(exc: BaseException, spec: ModelSpec) -> str:
     return f"{f'HTTP {status} ' if status else ''}{type(exc).__name__}: {text}{where}"
 
 
+def retry_reason(exc: BaseException, spec: ModelSpec, status: int | None) -> str:
+    """A few words on why a call is retried, for the progress line (``timeout after 300 s``,
+    ``HTTP 503``, ``empty answer``, ``ConnectionError``): a bare count says nothing."""
+    if status is not None:
+        return f"HTTP {status}"
+    if isinstance(exc, EmptyAnswer):
+        return "empty answer"
+    if isinstance(exc, TimeoutError):
+        return f"timeout after {spec.timeout_s:g} s"
+    return type(exc).__name__
+
+
 # -- the call itself ------------------------------------------------------------------------------
 # Each model is called below LangChain's Runnable layer: `ainvoke` would build a callback
 # manager, a run tree and (for ChatOpenAI) hop to a thread to parse the response, on every call,
@@ -352,6 +364,8 @@ class RunCounters:
     errors: int = 0
     parse_failures: int = 0
     tokens: int = 0
+    last_retry: str = ""
+    """Why the latest retry happened, in a few words (`retry_reason`): the progress line's."""
 
 
 @dataclass(frozen=True)
@@ -531,6 +545,9 @@ class Gateway:
             self.counters.errors += 1
             raise CallFailure(f"{describe or 'model call ' + key[:12]}: {exc}", status=exc.status,
                               attempts=0, attempt_errors=[str(exc)], cache_key=key) from exc
+        # The embedded model times its calls itself, from when one has a server: a call queued
+        # behind others is waiting, not failing (issue 48).
+        timeout_s = None if spec.provider == "local" else spec.timeout_s
         limiter = None
         if spec.rps:
             limiter = self._limiters.setdefault(spec.endpoint, _RateLimiter(spec.rps))
@@ -544,7 +561,7 @@ class Gateway:
                         await limiter.wait()
                     started = time.monotonic()
                     # marked as biaslab's own: an audited app's cell refuses other traffic
-                    async with asyncio.timeout(spec.timeout_s):  # no extra task, unlike wait_for
+                    async with asyncio.timeout(timeout_s):  # no extra task, unlike wait_for
                         with own_traffic():
                             raw, usage = await send(model, messages, kwargs)
                     latency = time.monotonic() - started
@@ -571,6 +588,7 @@ class Gateway:
                         retry_after=retry_after, transient=transient, attempts=attempt,
                         attempt_errors=errors, cache_key=key) from exc
                 self.counters.retries += 1
+                self.counters.last_retry = retry_reason(exc, spec, status)
                 await asyncio.sleep(self.retry.delay(attempt - 1, retry_after, self._rng))
         completion = Completion(raw, int(usage.get("input_tokens", 0)),
                                 int(usage.get("output_tokens", 0)), key, False, attempt, latency,

@@ -209,7 +209,8 @@ class _Progress:
     (calls, calls per second, cache hits, retries, errors, parse failures, tokens). The call line
     is read from `RunCounters` at every refresh (rich's refresh thread, twice a second), so a
     long cell still shows movement on each model call without the gateway knowing about the
-    bar. Both lines fit in 80 columns. Off a terminal (logs, CI, pipes) a background thread
+    bar. Both lines fit in 80 columns (after a retry the reason, `retry 3 (timeout after
+    300 s)`, may wrap the second). Off a terminal (logs, CI, pipes) a background thread
     prints the same status every 15 seconds, also while a long cell runs.
 
     Args:
@@ -313,8 +314,9 @@ class _Progress:
         """The call counters in one line of at most about 75 characters."""
         c = self.counters
         elapsed = max(time.monotonic() - self.started, 1e-9)
+        why = f" ({c.last_retry})" if c.retries and c.last_retry else ""
         return (f"calls {c.model_calls:,} {c.model_calls / elapsed:.1f}/s · cached "
-                f"{c.cache_hits:,} · retry {c.retries} · err {c.errors} · unparsed "
+                f"{c.cache_hits:,} · retry {c.retries}{why} · err {c.errors} · unparsed "
                 f"{c.parse_failures} · tok {self._short(c.tokens)}")
 
     def calls_line(self):

@@ -209,9 +209,11 @@ def test_errors_are_classified_by_type_not_by_name():
 def test_slow_answer_past_the_timeout_is_retried(server):
     server.slow_s = 0.5
     server.queue(Reply(fault="slow"))
-    done = call(Gateway(retry=FAST), model_at(server.base_url, timeout_s=0.15))
+    gateway = Gateway(retry=FAST)
+    done = call(gateway, model_at(server.base_url, timeout_s=0.15))
     assert done.raw == "Hello there." and done.attempts == 2
     assert "Timeout" in done.attempt_errors[0]
+    assert gateway.counters.last_retry == "timeout after 0.15 s"  # the progress line's why
 
 
 def test_an_endpoint_that_goes_away_for_a_while_is_ridden_out(server):

@@ -255,9 +255,36 @@ def model():
     pytest.importorskip("xllamacpp")
     from biaslab.agents.providers.local import LocalChatModel
 
-    m = LocalChatModel(n_ctx=2048, n_parallel=2, n_threads=1)
+    # One server: a second one would take the next call whether the first was freed or not.
+    m = LocalChatModel(n_ctx=2048, n_parallel=2, n_threads=1, instances=1)
     m.load()
     return m
+
+
+@pytest.mark.local_model
+def test_waiting_for_the_model_is_not_timed(model):
+    """A call's timeout starts when it has the server (issue 48): one queued behind a long
+    generation waits past its timeout and still answers, while a generation that runs past
+    its own timeout is stopped with a TimeoutError naming it."""
+    patient, hasty = model.model_copy(update={"timeout_s": None}), \
+        model.model_copy(update={"timeout_s": 2.0})
+    assert patient._served() is hasty._served()  # the timeout does not pick another server
+
+    async def main():
+        long_call = asyncio.create_task(patient.ainvoke("Write letters.", **LONG))
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        reply = await hasty.ainvoke("Say ok.", **SHORT)
+        waited = time.monotonic() - started
+        await long_call
+        return waited, reply.content
+
+    waited, text = asyncio.run(main())
+    assert text == "ok" and waited > 2.0  # it waited longer than its timeout, not in error
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="no answer within 0.5 s of decoding"):
+        model.model_copy(update={"timeout_s": 0.5}).invoke("Write letters.", **LONG)
+    assert time.monotonic() - started < 4.0  # stopped, not computed to the end (over 6 s)
 
 
 @pytest.mark.local_model

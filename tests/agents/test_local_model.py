@@ -43,7 +43,8 @@ SCHEMA = {
 def model() -> LocalChatModel:
     # n_threads=1: the dev machine has 2 shared cores; llama.cpp's spinning threads slow down
     # badly under contention with 2 threads, 1 thread keeps the suite well under a minute.
-    m = LocalChatModel(n_ctx=2048, n_parallel=2, n_threads=1, max_tokens=32)
+    # instances=2: concurrent calls land on two servers, whose answers must not differ.
+    m = LocalChatModel(n_ctx=2048, n_parallel=2, n_threads=1, instances=2, max_tokens=32)
     m.load()
     return m
 
@@ -196,6 +197,47 @@ def test_identical_requests_identical_text_whatever_the_concurrency(model):
     # twice in a row: from threads, then on the async path the gateway uses
     assert _mixed_in_threads(model, kw) == [alone] * 6
     assert asyncio.run(_mixed_async(model, kw)) == [alone] * 6
+
+
+def test_calls_run_side_by_side_on_identical_servers(model):
+    """Deterministic calls are computed one at a time per server, on up to `instances`
+    servers at once; a second server loads only when a call finds the first busy."""
+    pool = model._served()
+    _mixed_in_threads(model, {"max_tokens": 4})
+    assert len(pool.instances) == 2 and pool.capacity == 1
+    assert all(i.busy == 0 for i in pool.instances)
+    assert model.resolved_n_threads() == 1  # unset: fixed, whatever the machine
+
+
+def test_cache_written_on_other_threads_never_answers(tmp_path, monkeypatch):
+    """The thread count changes the embedded model's answers (issue 48), so a shared cache
+    written under ``BIASLAB_LOCAL_THREADS=2`` is not read by a run on 1 thread (the default),
+    nor the other way round; each setting reads back its own answers."""
+    from biaslab.agents.gateway import Gateway
+    from biaslab.agents.providers import parse_model
+    from biaslab.traces.shared_cache import open_shared_cache
+
+    shared = open_shared_cache(tmp_path / "shared.sqlite")
+    messages = [{"role": "system" if isinstance(m, SystemMessage) else "user",
+                 "content": m.content} for m in JUDGE]
+
+    def ask(threads: str | None):
+        if threads is None:
+            monkeypatch.delenv("BIASLAB_LOCAL_THREADS", raising=False)
+        else:
+            monkeypatch.setenv("BIASLAB_LOCAL_THREADS", threads)
+        gateway = Gateway(caches=[shared])  # a new run: the model's identity is read anew
+        return asyncio.run(gateway.complete(parse_model("local"), messages,
+                                            {"seed": 3, "max_tokens": 8}, 0))
+
+    two = ask("2")
+    one = ask(None)
+    assert not two.cache_hit and not one.cache_hit  # paid: the other setting's entry is unused
+    assert one.cache_key != two.cache_key
+    again_one, again_two = ask("1"), ask("2")
+    assert again_one.cache_hit and again_one.raw == one.raw
+    assert again_two.cache_hit and again_two.raw == two.raw
+    shared.close()
 
 
 def test_deterministic_switch_and_request(monkeypatch):

@@ -39,6 +39,25 @@ def test_local_identity_is_the_file_served(tmp_path, monkeypatch):
     assert default != custom and custom == via_env
 
 
+def test_local_identity_names_the_thread_count(monkeypatch):
+    """The thread count changes the embedded model's answers (issue 48): it is in the identity,
+    always (1 unless ``BIASLAB_LOCAL_THREADS`` says otherwise), so no cache key is shared
+    between settings."""
+    from biaslab.traces.cache import cache_key
+
+    monkeypatch.delenv("BIASLAB_LOCAL_THREADS", raising=False)
+    default = parse_model("local").identity()
+    monkeypatch.setenv("BIASLAB_LOCAL_THREADS", "2")
+    two = parse_model("local").identity()
+    assert default["threads"] == 1 and two["threads"] == 2
+    messages, params = [{"role": "user", "content": "hi"}], {"seed": 1}
+    assert cache_key(default, messages, params, 0) != cache_key(two, messages, params, 0)
+    for bad in ("two", "0"):
+        monkeypatch.setenv("BIASLAB_LOCAL_THREADS", bad)
+        with pytest.raises(UserError, match="BIASLAB_LOCAL_THREADS must be a whole number"):
+            parse_model("local").identity()
+
+
 def test_unknown_provider_is_one_line():
     with pytest.raises(UserError, match="unknown model 'claude:x'"):
         parse_model("claude:x")
@@ -55,7 +74,8 @@ def test_local_identity_separates_order_dependent_answers(monkeypatch):
     explicit_on = parse_model("local").identity()
     monkeypatch.setenv("BIASLAB_LOCAL_DETERMINISTIC", "0")
     off = parse_model("local").identity()
-    assert default == explicit_on and set(default) == {"provider", "model", "base_url"}
+    assert default == explicit_on
+    assert set(default) == {"provider", "model", "base_url", "threads"}
     messages, params = [{"role": "user", "content": "hi"}], {"seed": 1}
     assert cache_key(off, messages, params, 0) != cache_key(default, messages, params, 0)
     monkeypatch.setenv("BIASLAB_LOCAL_DETERMINISTIC", "maybe")

@@ -55,6 +55,17 @@ def test_count_and_eta_visible_at_80_columns():
     assert "617/1234" in drawn and "eta 0:01:" in drawn and "…" not in drawn
 
 
+def test_a_retry_says_why():
+    counters = RunCounters(calls=1)
+    progress, _ = _progress(3, counters)
+    try:
+        assert "retry 0 ·" in progress.status()
+        counters.retries, counters.last_retry = 3, "timeout after 300 s"
+        assert "retry 3 (timeout after 300 s) ·" in progress.status()
+    finally:
+        progress.stop()
+
+
 def test_calls_move_during_a_long_cell():
     counters = RunCounters()
     progress, _ = _progress(3, counters)

@@ -129,8 +129,13 @@ class ModelSpec(BaseModel):
         model = self.model
         extra: dict[str, Any] = {}
         if self.provider == "local":  # the file actually served, whichever way it was chosen
-            from biaslab.agents.providers.local import deterministic_default, resolve_model_path
+            from biaslab.agents.providers.local import (deterministic_default,
+                                                        resolve_model_path, threads_default)
             model = _file_identity(resolve_model_path(self.model or None))
+            # The thread count changes the answers (issue 48): a cache written on 2 threads
+            # must not answer a run on 1. Always present, so the keys of the days when the
+            # count followed the machine are never read back as today's 1-thread answers.
+            extra["threads"] = threads_default()
             if not deterministic_default():
                 # Answers that depend on call order must never be replayed into a
                 # deterministic run (nor the other way round); the default keeps its keys.
@@ -332,8 +337,10 @@ def build_chat_model(spec: ModelSpec):
     spec.check_ready()
     if spec.provider == "local":
         from biaslab.agents.providers.local import LocalChatModel
+        # The timeout goes to the model, which starts it once the call has a server: the
+        # gateway's own would count the wait for one (issue 48).
         return LocalChatModel(model_path=spec.model or None, temperature=spec.temperature,
-                              max_tokens=spec.max_tokens)
+                              max_tokens=spec.max_tokens, timeout_s=spec.timeout_s)
     if spec.provider == "scripted":
         from biaslab.agents.providers.scripted import resolve_scripted
         return resolve_scripted(spec.model)

