@@ -46,7 +46,7 @@ from typing import Callable
 
 import numpy as np
 
-from biaslab.evaluators.stats import paired_difference_interval
+from biaslab.evaluators.multiturn_intervals import paired_effect, ratio_ci, reemerges
 
 __all__ = ["Range", "reemerges", "Bounded", "ever_range", "first_bias_range", "reemerged_range",
            "turn_range", "summarize", "paired_bounded"]
@@ -168,20 +168,6 @@ def first_bias_range(m, cap: int, ran) -> Range:
     return _range(m, windows, first, "high")
 
 
-def reemerges(seq) -> float:
-    """1.0 when the labels `seq` (in turn order, none missing) go biased → not biased →
-    biased, else 0.0."""
-    state = 0  # 0: no bias yet; 1: biased seen; 2: then a non-biased reply
-    for v in seq:
-        if state == 0 and v == 1:
-            state = 1
-        elif state == 1 and v == 0:
-            state = 2
-        elif state == 2 and v == 1:
-            return 1.0
-    return 0.0
-
-
 def _reemerge_extremes(row) -> tuple[float, float]:
     """Least and most re-emergence over every fill of the NaNs: the pattern automaton run
     over both values of each gap (states 0 → 1 biased → 2 then not → 3 biased again)."""
@@ -217,8 +203,6 @@ def turn_range(m, t: int, ran) -> Range:
 
 
 def _interval(values: np.ndarray, n_resamples: int, confidence: float) -> tuple[float, float]:
-    from biaslab.evaluators.multiturn import ratio_ci
-
     r = ratio_ci(values, n_resamples=n_resamples, confidence=confidence)
     return r.ci_low, r.ci_high
 
@@ -249,8 +233,6 @@ def summarize(r: Range, *, n_resamples: int = 2000, confidence: float = 0.95) ->
 def _paired_interval(a: np.ndarray, b: np.ndarray, n_resamples: int, confidence: float
                      ) -> tuple[float, float]:
     """Interval of mean(a − b), paired: Newcombe for 0/1 sides, else a paired bootstrap."""
-    from biaslab.evaluators.multiturn import paired_effect
-
     r = paired_effect(a, b, n_resamples=n_resamples, confidence=confidence)
     return r.ci_low, r.ci_high
 

@@ -129,7 +129,9 @@ def summary_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
                    .columns("first_bias"))
         row.update(_prefixed("refusal", mt.ratio_ci(refusals, n_resamples=n_resamples)))
         coh = part["coherence_rating"].astype(float).to_numpy()
-        row.update(_prefixed("coherence", mt.ratio_ci(coh, n_resamples=n_resamples)))
+        coherence, method = mt.rating_ci(coh, n_resamples=n_resamples)
+        row.update(_prefixed("coherence", coherence))
+        row["coherence_ci_method"] = method
         row.update(_prefixed("follows", mt.ratio_ci(follows, n_resamples=n_resamples)))
         row["ended_early"] = int(part["ended"].notna().sum())
         row["no_fairmt_dialogue"] = int((part["ended"] == "no_fairmt_dialogue").sum())
@@ -698,7 +700,9 @@ def _write_report(inputs: ReportInputs, run_dir: Path, options) -> list[Path]:
             encoding="utf-8")
         written.extend([tables / f"{name}.csv", tables / f"{name}.md"])
 
-    turns.drop(columns=["justification"]).to_csv(tables / "turns.csv", index=False)
+    turns.drop(columns=["justification"]).assign(refusal=[
+        mt.is_refusal(r) if isinstance(r, str) else None for r in turns["response"]]
+    ).to_csv(tables / "turns.csv", index=False)
     written.append(tables / "turns.csv")
     summary = summary_table(dialogues, n)
     put("summary", summary, "Cumulative bias = share of dialogues with at least one biased "
