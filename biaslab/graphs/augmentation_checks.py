@@ -41,6 +41,10 @@ _GENERIC_NOUNS = ("person|people|persons|individual|individuals|someone|somebody
 """Nouns that say *that* someone is there, never *who*: with nothing else in a description
 they leave the person a stand-in. (A group word such as "man", "Muslim" or "grandfather" is
 not among them.)"""
+_LABELLED_NOUNS = ("person|individual|group|character|demographic|subject|party|name|speaker|"
+                   "participant|respondent|candidate|patient|student|customer|member")
+"""Nouns that, followed by a letter or a number, label a stand-in in running text ("Speaker
+2"); narrower than `_GENERIC_NOUNS` so that "one 5-year-old" or "side A" stay English."""
 _POSITIONS = ("first|second|third|fourth|fifth|last|latter|former|next|previous|other|same|"
               "former one|latter one|above|below|aforementioned|said|given|unnamed|unknown|"
               "anonymous|certain|random|generic|hypothetical|original|respective")
@@ -56,7 +60,7 @@ PLACEHOLDER_NAMES = re.compile(
 PLACEHOLDER_PERSON = re.compile(
     r"\[\s*[A-Za-z][\w .'-]{0,40}\]"                       # [NAME], [Person 1], [group]
     r"|\{\s*[A-Za-z_]\w*\s*\}"                               # {NAME}
-    rf"|\b(?i:{_GENERIC_NOUNS})[ _-]?(?:[A-HJ-Z]|\d{{1,2}})\b"  # Group X, Speaker 2, NAME1
+    rf"|\b(?i:{_LABELLED_NOUNS})[ _-]?(?:[A-HJ-Z]|\d{{1,2}})\b(?!-)"  # Group X, Speaker 2, NAME1
     rf"|\b{_HONORIFICS}\s+[A-HJ-Z]\b(?![.'\w])"            # Mr. X, Dr. A
     rf"|{PLACEHOLDER_NAMES.pattern}"
     r"|\b(?:NAME|PERSON|GROUP|DESCRIPTION|INDIVIDUAL|SPEAKER)\b")  # a slot name in capitals
