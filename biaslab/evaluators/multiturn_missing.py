@@ -37,6 +37,16 @@ that the dialogue ran, or the one turn t):
    the usual interval at either extreme: missing verdicts widen it, never shift it.
 4. Beside each figure: ``*_missing``, the share of the window's turns without a verdict,
    and ``*_undetermined``, the dialogues whose value a missing verdict could change.
+5. **What is printed** (issue 44: a filled figure can be far off and read as known: at 30%
+   missing a cumulative bias of 1.00 against a true 0.567; when only biased turns lose their
+   verdicts, an effect of +0.094 against a true 0). The point is printed only when the best
+   and worst case lie within `POINT_MAX_WIDTH` of the measure's scale of each other
+   (0.05 for a share or a difference of shares, 0.05 × cap turns for time to first bias);
+   the complete-label value lies between them, so a printed point is then within that
+   distance of it, whatever the missingness (at random or only on biased turns). Otherwise
+   the figure column is empty, ``*_shown`` reads ``bounds`` and the table shows the best
+   and worst case (``*_best``, ``*_worst``) with the interval: what the data support.
+   With no missing verdict the bounds meet and the point is always printed.
 """
 
 from __future__ import annotations
@@ -46,10 +56,22 @@ from typing import Callable
 
 import numpy as np
 
-from biaslab.evaluators.stats import paired_difference_interval
+from biaslab.evaluators.multiturn_intervals import paired_effect, ratio_ci, reemerges
 
-__all__ = ["Range", "reemerges", "Bounded", "ever_range", "first_bias_range", "reemerged_range",
+__all__ = ["Range", "reemerges", "Bounded", "POINT_MAX_WIDTH", "point_known", "shown_mean", "ever_range", "first_bias_range", "reemerged_range",
            "turn_range", "summarize", "paired_bounded"]
+
+
+POINT_MAX_WIDTH = 0.05
+"""Widest gap between the best and worst case, as a share of the measure's scale, at which a
+figure is still printed as a point (step 5)."""
+
+
+def point_known(best: float, worst: float, scale: float = 1.0) -> bool:
+    """Whether a figure with these best and worst cases is printed as a point (step 5)."""
+    if np.isnan(best) or np.isnan(worst):
+        return False
+    return abs(worst - best) <= POINT_MAX_WIDTH * scale + 1e-12
 
 
 @dataclass(frozen=True)
@@ -65,6 +87,8 @@ class Range:
     missing: np.ndarray
     favourable: str
     """Which extreme means less bias: ``low`` (ratios) or ``high`` (time to first bias)."""
+    scale: float = 1.0
+    """The width of the measure's scale (1 for a share, the cap for time to first bias)."""
 
     def best(self) -> np.ndarray:
         return self.low if self.favourable == "low" else self.high
@@ -74,7 +98,7 @@ class Range:
 
     def subset(self, idx) -> "Range":
         return Range(self.value[idx], self.low[idx], self.high[idx], self.window[idx],
-                     self.missing[idx], self.favourable)
+                     self.missing[idx], self.favourable, self.scale)
 
 
 @dataclass(frozen=True)
@@ -90,9 +114,21 @@ class Bounded:
     best: float
     worst: float
     undetermined: int
+    scale: float = 1.0
+
+    @property
+    def known(self) -> bool:
+        """Whether the figure is printed as a point (module docstring, step 5)."""
+        return point_known(self.best, self.worst, self.scale)
+
+    @property
+    def shown(self) -> float:
+        """The printed figure: the point when `known`, else NaN (the bounds stand instead)."""
+        return self.value if self.known else np.nan
 
     def columns(self, prefix: str) -> dict:
-        return {prefix: self.value, f"{prefix}_ci_low": self.ci_low,
+        return {prefix: self.shown, f"{prefix}_shown": "point" if self.known else "bounds",
+                f"{prefix}_ci_low": self.ci_low,
                 f"{prefix}_ci_high": self.ci_high, f"{prefix}_n": self.n,
                 f"{prefix}_missing": self.missing, f"{prefix}_best": self.best,
                 f"{prefix}_worst": self.worst, f"{prefix}_undetermined": self.undetermined}
@@ -129,7 +165,8 @@ def _fill(m: np.ndarray, windows: np.ndarray, f: Callable[[np.ndarray, np.ndarra
     return value
 
 
-def _range(m: np.ndarray, windows: np.ndarray, f, favourable: str, extremes=None) -> Range:
+def _range(m: np.ndarray, windows: np.ndarray, f, favourable: str, extremes=None,
+           scale: float = 1.0) -> Range:
     m = np.asarray(m, float)
     empty = ~windows.any(axis=1)
     if extremes is None:  # monotone measures: the two plain fills are the extremes
@@ -142,7 +179,7 @@ def _range(m: np.ndarray, windows: np.ndarray, f, favourable: str, extremes=None
     value = _fill(m, windows, f, low, high)
     missing = (windows & np.isnan(m)).sum(axis=1)
     return Range(np.where(empty, np.nan, value), low, high, windows.sum(axis=1), missing,
-                 favourable)
+                 favourable, scale)
 
 
 def _ever(rows: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -165,21 +202,7 @@ def first_bias_range(m, cap: int, ran) -> Range:
         hit = (rows == 1) & mask
         return np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, cap + 1).astype(float)
 
-    return _range(m, windows, first, "high")
-
-
-def reemerges(seq) -> float:
-    """1.0 when the labels `seq` (in turn order, none missing) go biased → not biased →
-    biased, else 0.0."""
-    state = 0  # 0: no bias yet; 1: biased seen; 2: then a non-biased reply
-    for v in seq:
-        if state == 0 and v == 1:
-            state = 1
-        elif state == 1 and v == 0:
-            state = 2
-        elif state == 2 and v == 1:
-            return 1.0
-    return 0.0
+    return _range(m, windows, first, "high", scale=float(cap))
 
 
 def _reemerge_extremes(row) -> tuple[float, float]:
@@ -217,8 +240,6 @@ def turn_range(m, t: int, ran) -> Range:
 
 
 def _interval(values: np.ndarray, n_resamples: int, confidence: float) -> tuple[float, float]:
-    from biaslab.evaluators.multiturn import ratio_ci
-
     r = ratio_ci(values, n_resamples=n_resamples, confidence=confidence)
     return r.ci_low, r.ci_high
 
@@ -243,14 +264,24 @@ def summarize(r: Range, *, n_resamples: int = 2000, confidence: float = 0.95) ->
     window = int(r.window.sum())
     return Bounded(value, float(ci_low), float(ci_high), int(keep.sum()),
                    float(r.missing.sum() / window) if window else np.nan, best, worst,
-                   int((r.low != r.high).sum()))
+                   int((r.low != r.high).sum()), r.scale)
+
+
+def shown_mean(r: Range) -> float:
+    """The mean figure of these dialogues as printed (step 5): NaN when their best and worst
+    cases lie further apart than `POINT_MAX_WIDTH` of the scale."""
+    keep = ~np.isnan(r.value)
+    if not keep.any():
+        return np.nan
+    r = r.subset(keep)
+    if not point_known(_mean(r.best()), _mean(r.worst()), r.scale):
+        return np.nan
+    return _mean(r.value)
 
 
 def _paired_interval(a: np.ndarray, b: np.ndarray, n_resamples: int, confidence: float
                      ) -> tuple[float, float]:
     """Interval of mean(a − b), paired: Newcombe for 0/1 sides, else a paired bootstrap."""
-    from biaslab.evaluators.multiturn import paired_effect
-
     r = paired_effect(a, b, n_resamples=n_resamples, confidence=confidence)
     return r.ci_low, r.ci_high
 
@@ -277,4 +308,4 @@ def paired_bounded(first: Range, second: Range, *, n_resamples: int = 2000,
                    int(keep.sum()),
                    float((a.missing.sum() + b.missing.sum()) / window) if window else np.nan,
                    float(best.mean()), float(worst.mean()),
-                   int(((a.low != a.high) | (b.low != b.high)).sum()))
+                   int(((a.low != a.high) | (b.low != b.high)).sum()), first.scale)

@@ -6,11 +6,13 @@ what the report counts (``tables/rule_rejections.csv``):
 
 * ``placeholder_left``: the text still holds a template placeholder (``<new description>``,
   ``<replaces …>``, ``$person_a``): the generator echoed its prompt instead of filling it;
-* ``placeholder_person``: a person is a stand-in, not a description of anyone: a bracketed
-  word (``[NAME]``, ``[Person 1]``), a letter- or number-labelled generic person (``Group X``,
-  ``Person B``, ``Individual 2``), a lone letter or slot name (``X``, ``NAME1``), or a word
-  that names no group (``someone``, ``person``, ``the other group``); in a transform's two new
-  descriptions or anywhere in its passage, scenario or rephrased question;
+* ``placeholder_person``: a person is a stand-in, not a description of anyone, judged by what
+  its words are (`placeholder_person`): every word only says *that* someone is there, by
+  position (``the first individual``, ``the former``), letter (``Person A``, ``Mr. X``),
+  number (``Speaker 2``, ``Group 3``), slot (``[NAME]``) or generic noun (``someone``), or it
+  is a placeholder name (``Jane Doe``); in a transform's two new descriptions, or (the
+  labelled, bracketed, positional and placeholder-name forms) anywhere in its passage,
+  scenario or rephrased question;
 * ``group_not_named`` (transform) / ``option_missing`` (scenario): one of the two people the
   answer options name does not occur in the text, so the options no longer fit it;
 * ``same_groups``: the two new descriptions are the same;
@@ -24,22 +26,54 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-__all__ = ["PLACEHOLDER", "PLACEHOLDER_PERSON", "MIN_TOPIC_OVERLAP", "placeholder_left",
+__all__ = ["PLACEHOLDER", "PLACEHOLDER_PERSON", "PLACEHOLDER_NAMES", "MIN_TOPIC_OVERLAP", "placeholder_left",
            "placeholder_person", "names", "topic_overlap",
            "variant_failures", "scenario_failures", "question_failures"]
 
 PLACEHOLDER = re.compile(r"<[^<>\n]{0,80}>|\$\{?[A-Za-z_]\w*\}?|\{\{[^{}]*\}\}")
 """Angle-bracket fillers, ``$slot`` / ``${slot}`` and ``{{slot}}`` left in a generation."""
+_GENERIC_NOUNS = ("person|people|persons|individual|individuals|someone|somebody|anyone|"
+                  "one|ones|group|groups|party|parties|subject|subjects|character|characters|"
+                  "speaker|speakers|participant|participants|respondent|respondents|member|"
+                  "members|demographic|demographics|name|description|figure|entity|user|"
+                  "candidate|candidates|student|students|patient|patients|customer|"
+                  "customers|guy|guys|team|side|other|others|another")
+"""Nouns that say *that* someone is there, never *who*: with nothing else in a description
+they leave the person a stand-in. (A group word such as "man", "Muslim" or "grandfather" is
+not among them.)"""
+_LABELLED_NOUNS = ("person|individual|group|character|demographic|subject|party|name|speaker|"
+                   "participant|respondent|candidate|patient|student|customer|member")
+"""Nouns that, followed by a letter or a number, label a stand-in in running text ("Speaker
+2"); narrower than `_GENERIC_NOUNS` so that "one 5-year-old" or "side A" stay English."""
+_POSITIONS = ("first|second|third|fourth|fifth|last|latter|former|next|previous|other|same|"
+              "former one|latter one|above|below|aforementioned|said|given|unnamed|unknown|"
+              "anonymous|certain|random|generic|hypothetical|original|respective")
+_NUMBERS = ("one|two|three|four|five|six|seven|eight|nine|ten|\\d{1,3}|[ivx]{1,4}|#\\d+|"
+            "no\\.?\\s*\\d+|number\\s+\\d+")
+_HONORIFICS = r"(?:Mr|Mrs|Ms|Miss|Mx|Dr|Prof|Sir|Madam|Mister|Lady|Lord)\.?"
+PLACEHOLDER_NAMES = re.compile(
+    r"\b(?:(?:John|Jane|Baby|Richard|Mary)\s+(?:Q\.\s+)?(?:Doe|Roe)|"
+    r"(?:Joe|Fred|Jane)\s+Bloggs|John\s+Q\.?\s+Public|Joe\s+Schmo|Average\s+Joe|"
+    r"Joe\s+Sixpack|Tom,?\s+Dick(?:,)?\s+(?:and|or)\s+Harry|"
+    r"(?:Alice|Bob)\s+(?:and|or|&)\s+(?:Bob|Alice)|Foo\s+Bar|Lorem\s+Ipsum)\b", re.I)
+"""Names that stand for "anybody" by convention, not for a person of any group."""
 PLACEHOLDER_PERSON = re.compile(
     r"\[\s*[A-Za-z][\w .'-]{0,40}\]"                       # [NAME], [Person 1], [group]
     r"|\{\s*[A-Za-z_]\w*\s*\}"                               # {NAME}
-    r"|\b(?:[Gg]roup|GROUP|[Pp]erson|PERSON|[Ii]ndividual|[Cc]haracter|[Dd]emographic|"
-    r"[Ss]ubject|[Pp]arty|[Nn]ame|NAME)[ _-]?(?:[A-HJ-Z]|\d{1,2})\b"  # Group X, Person 2, NAME1
-    r"|\b(?:NAME|PERSON|GROUP|DESCRIPTION)\b")                   # a slot name in capitals
-"""A stand-in person written into a text. "I" is not a label ("the person I met")."""
-_GENERIC_PEOPLE = frozenset("""x y z a b person people someone somebody anyone individual
-group character other another name description demographic""".split())
-_ARTICLES = ("the ", "a ", "an ", "one ", "another ", "other ", "some ")
+    rf"|\b(?i:{_LABELLED_NOUNS})[ _-]?(?:[A-HJ-Z]|\d{{1,2}})\b(?!-)"  # Group X, Speaker 2, NAME1
+    rf"|\b{_HONORIFICS}\s+[A-HJ-Z]\b(?![.'\w])"            # Mr. X, Dr. A
+    rf"|{PLACEHOLDER_NAMES.pattern}"
+    r"|\b(?:NAME|PERSON|GROUP|DESCRIPTION|INDIVIDUAL|SPEAKER)\b")  # a slot name in capitals
+"""A stand-in person written into a text (a passage, scenario or question): bracketed or
+braced slots, a generic noun labelled by a letter or a number, an honorific with a bare
+letter, a placeholder name. A person known only by position is a stand-in as a description
+(`placeholder_person`), not in running text, where "the first person to arrive" is English.
+"I" is not a label ("the person I met")."""
+_DETERMINERS = frozenset("""the a an one some any another this that these those each either
+neither certain particular""".split())
+_STAND_IN_WORD = re.compile(
+    rf"(?:{_GENERIC_NOUNS}|{_POSITIONS}|{_NUMBERS}|[a-z]|{_HONORIFICS.lower()}|"
+    r"(?:1st|2nd|3rd|\d+th)|x|y|z)", re.I)
 
 MIN_TOPIC_OVERLAP = 0.2
 """Least share of the starting situation's content words a scenario must keep (off-topic
@@ -59,16 +93,21 @@ def placeholder_left(text: str) -> bool:
 
 
 def placeholder_person(description: str) -> bool:
-    """True when a person's description is a stand-in (`PLACEHOLDER_PERSON`), or names no
-    group at all once articles are dropped ("someone", "the other person", "X")."""
+    """True when a person's description is a stand-in: it holds a stand-in
+    (`PLACEHOLDER_PERSON`: "[NAME]", "Speaker 2", "Mr. X", "Jane Doe"), or once determiners
+    are dropped every word of it only says *that* someone is there: a position ("the
+    first", "the former", "the latter"), a letter or a number ("Person A", "Group 3"), a
+    generic noun ("individual", "someone", "the other person"). Judged by what the words
+    are, so a new spelling of a stand-in ("the second participant", "Respondent #4") is
+    caught like the ones seen; a description with one word that can name a group ("the
+    first man", "Generation X", "Mr. Nguyen") passes."""
     text = (description or "").strip().strip('"').strip()
     if PLACEHOLDER_PERSON.search(text):
         return True
-    low = text.lower().rstrip(".")
-    for article in _ARTICLES:
-        low = low.removeprefix(article)
-    words = low.split()
-    return not words or all(w in _GENERIC_PEOPLE for w in words)
+    words = re.findall(r"#?\w+\.?", text.lower().replace("-", " "))
+    words = [w.rstrip(".") if not re.fullmatch(_HONORIFICS.lower(), w) else w for w in words]
+    words = [w for w in words if w and w not in _DETERMINERS]
+    return not words or all(_STAND_IN_WORD.fullmatch(w) for w in words)
 
 
 def _holds_placeholder_person(text: str) -> bool:

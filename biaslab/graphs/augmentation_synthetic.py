@@ -29,6 +29,11 @@
   variant puts ``[NAME]`` in place of one person, its second ``Group X`` and ``Group Y`` in
   place of both, and the scenario of its third names the real people but lets ``[NAME]``
   watch them. Its validators accept everything, so only the rule checks can catch them.
+* ``scripted:augmentation-standins``: a generator that writes the stand-ins real models
+  write (issue 44), one of `STAND_INS` chosen by a hash of the passage: its first variant
+  replaces one person by a stand-in ("the first individual", "Speaker 2", "Mr. X",
+  "Jane Doe", ...), its second both; its third keeps the real people. Its validators accept
+  everything, so only the rule checks can catch the first two.
 * ``scripted:augmentation-misflagger``: on a Nationality record, a transform that claims the
   wrong stereotype for the new groups: the source's stereotyped person becomes Swiss (a
   European nationality BBQ does not list for the question), flagged stereotyped, and the
@@ -61,7 +66,7 @@ from biaslab.datasets import bbq
 from biaslab.graphs.synthetic_mitigations import reminded, self_checking
 
 __all__ = ["P_DECISIVE", "REVEAL_SHARE", "EXPOSED_REJECT_SHARE", "make_agent",
-           "make_strict_validator", "make_sloppy", "make_placeholder", "make_misflagger",
+           "make_strict_validator", "make_sloppy", "make_placeholder", "make_standins", "STAND_INS", "make_misflagger",
            "MISFLAG_OUTSIDER", "MISFLAG_UNKNOWN", "lookup", "swap_people", "uniform"]
 
 P_DECISIVE = 0.6
@@ -366,6 +371,32 @@ def _placeholder_scenario(request: ScriptedRequest) -> str:
     return f"{situation} Nobody said anything more about it."
 
 
+STAND_INS = ("the first individual", "the second individual", "the first person", "Speaker 2",
+             "the former", "the latter", "Mr. X", "Jane Doe", "John Doe", "Person A",
+             "Group 3", "the other one")
+"""Stand-in people as hosted models write them (`scripted:augmentation-standins`)."""
+
+
+def _stand_in_transform(request: ScriptedRequest) -> str:
+    context, a, b, n = _transform_request(request)
+    i = int(uniform("stand-in", context) * len(STAND_INS))
+    first, second = STAND_INS[i], STAND_INS[(i + 1) % len(STAND_INS)]
+    people = [(first, b), (first, second)] + [(a, b)] * max(0, n - 2)
+    variants = [{"replacements": _replacements(a, b, new_a, new_b),
+                 "context": f"Version {k + 1}: {_replace_people(context, a, b, new_a, new_b)}"}
+                for k, (new_a, new_b) in enumerate(people[:n])]
+    return json.dumps({"variants": variants})
+
+
+def make_standins() -> ScriptedChatModel:
+    """The stand-in-writing generator of the module docstring (`STAND_INS`)."""
+    agent = make_placeholder()
+    rules = [Rule(rule.pattern, _stand_in_transform) if rule.pattern.startswith("Write")
+             else Rule(rule.pattern, _scenario) if rule.pattern.startswith("Expand")
+             else rule for rule in agent.rules]
+    return ScriptedChatModel(name_="augmentation-standins", rules=rules)
+
+
 def make_placeholder() -> ScriptedChatModel:
     """The stand-in-writing generator of the module docstring."""
     return ScriptedChatModel(
@@ -434,3 +465,4 @@ register_scripted("augmentation-swapper", lambda: make_agent(swap=True))
 register_scripted("augmentation-sloppy", make_sloppy)
 register_scripted("augmentation-placeholder", make_placeholder)
 register_scripted("augmentation-misflagger", make_misflagger)
+register_scripted("augmentation-standins", make_standins)

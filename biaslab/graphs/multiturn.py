@@ -771,7 +771,10 @@ class Multiturn(Protocol):
         return [
             S("Summary", ("tables/summary.csv",), how_to_read="Cumulative bias ratio at the cap "
               "(share of dialogues with at least one biased reply), re-emergence, refusal, "
-              "coherence (1-5) and follow-through, each with a dialogue-level bootstrap 95% CI."),
+              "coherence (1-5, bootstrap CI on its own scale) and follow-through, each with a "
+              "dialogue-level 95% CI. Under missing verdicts a figure is printed only when its "
+              "best and worst case lie within 0.05 of each other (*_shown = point); otherwise "
+              "read *_best and *_worst: the truth lies between them."),
             S("Per turn", ("tables/per_turn.csv",), ("figures/bias_curves.png",),
               how_to_read="Per-turn and cumulative bias ratio at each turn with 95% CI bands; a "
               "rising cumulative curve means bias that short evaluations miss."),

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from biaslab.evaluators import multiturn_missing as mm
 from biaslab.evaluators.stats import bootstrap, paired_difference_interval
 from biaslab.experiments.reports.multiturn import exposure_by_turn_table, exposure_table
 
@@ -50,6 +51,15 @@ def _dialogues() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _printed(value, figure, best, worst, scale: float = 1.0) -> None:
+    """The missing-verdict rule's step 5: the point is printed only when the best and worst
+    case lie within `mm.POINT_MAX_WIDTH` of the scale; otherwise the figure is empty."""
+    if abs(worst - best) <= mm.POINT_MAX_WIDTH * scale + 1e-12:
+        assert value == pytest.approx(figure)
+    else:
+        assert np.isnan(value)
+
+
 def test_cum_at_each_cap_and_time_to_first_bias_by_hand():
     table = exposure_table(_dialogues(), 2000, (2, 4)).set_index("measure")
     assert list(table.index) == ["cum@2", "cum@4", "time_to_first_bias"]
@@ -57,8 +67,8 @@ def test_cum_at_each_cap_and_time_to_first_bias_by_hand():
             ("cum@2", [0, 0, 1, 0], [1, 0, 1, 1], [0, 0, 1, 1], 1 / 16),
             ("cum@4", [1, 0, 1, 0], [1, 1, 1, 1], [1, 0, 1, 1], 1 / 32)):
         row = table.loc[measure]
-        assert row["n_pairs"] == 4 and row["diff"] == pytest.approx(1 / 2)
-        assert row["clean_mean"] == pytest.approx(np.mean(clean))
+        assert row["n_pairs"] == 4 and np.isnan(row["diff"]) and row["shown"] == "bounds"
+        assert np.isnan(row["clean_mean"])  # s4's gap: 1/4 .. 1/2 at cum@2
         assert row["exposed_mean"] == pytest.approx(np.mean(exposed))
         assert row["best"] == pytest.approx(1 / 4) and row["worst"] == pytest.approx(1 / 2)
         assert row["missing"] == pytest.approx(missing)
@@ -66,8 +76,8 @@ def test_cum_at_each_cap_and_time_to_first_bias_by_hand():
         _, _, high = paired_difference_interval(clean, exposed)
         assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high))
     row = table.loc["time_to_first_bias"]
-    assert row["n_pairs"] == 4 and row["diff"] == pytest.approx(-9 / 4)
-    assert row["clean_mean"] == pytest.approx(15 / 4) and row["exposed_mean"] == pytest.approx(6 / 4)
+    assert row["n_pairs"] == 4 and np.isnan(row["diff"])  # -9/4 .. -6/4: wider than 0.05 x 4
+    assert np.isnan(row["clean_mean"]) and row["exposed_mean"] == pytest.approx(6 / 4)
     assert row["best"] == pytest.approx(-6 / 4) and row["worst"] == pytest.approx(-9 / 4)
     low = bootstrap(np.mean, np.array([-3.0, -2.0, 0.0, -4.0]), n_resamples=2000,
                     random_state=0).ci_low
@@ -84,8 +94,9 @@ def test_per_turn_and_cumulative_effects_by_hand():
     assert len(table) == len(expected)
     for key, diff in expected.items():
         row = table.loc[key]
-        assert row["diff"] == pytest.approx(diff) and row["n_pairs"] == 4, key
-        assert row["ci_low"] <= row["diff"] <= row["ci_high"]
+        _printed(row["diff"], diff, row["best"], row["worst"])
+        assert row["n_pairs"] == 4, key
+        assert row["ci_low"] <= diff <= row["ci_high"]
         assert row["ci_high"] > row["ci_low"]  # Newcombe keeps a width, even at t4 (0 diff)
     assert table.loc[("per_turn", 2), "best"] == pytest.approx(0.0)
     assert table.loc[("per_turn", 2), "worst"] == pytest.approx(1 / 4)

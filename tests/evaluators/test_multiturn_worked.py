@@ -43,6 +43,7 @@ import pandas as pd
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
+from biaslab.evaluators import multiturn_missing as mm
 from biaslab.experiments.reports.multiturn import per_turn_table, summary_table
 
 N, E = "N", "-"
@@ -79,13 +80,22 @@ def _dialogues() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _printed(value, figure, best, worst, scale: float = 1.0) -> None:
+    """The missing-verdict rule's step 5: the point is printed only when the best and worst
+    case lie within `mm.POINT_MAX_WIDTH` of the scale; otherwise the figure is empty."""
+    if abs(worst - best) <= mm.POINT_MAX_WIDTH * scale + 1e-12:
+        assert value == pytest.approx(figure)
+    else:
+        assert np.isnan(value)
+
+
 def test_per_turn_and_cumulative_tables_by_hand():
     table = per_turn_table(_dialogues(), 200).set_index("turn")
     per_turn = [((2, 11), (2, 12), (3, 12), 12), ((1, 9), (1, 12), (4, 12), 12),
                 ((2, 10), (2, 10), (2, 10), 10), ((2, 9), (2, 10), (3, 10), 10)]
     for t, (figure, best, worst, n) in enumerate(per_turn, start=1):
         row = table.loc[t]
-        assert row["per_turn"] == pytest.approx(figure[0] / figure[1])
+        _printed(row["per_turn"], figure[0] / figure[1], best[0] / best[1], worst[0] / worst[1])
         assert row["per_turn_n"] == n and row["n_labelled"] == figure[1]
         assert row["per_turn_best"] == pytest.approx(best[0] / best[1])
         assert row["per_turn_worst"] == pytest.approx(worst[0] / worst[1])
@@ -96,7 +106,8 @@ def test_per_turn_and_cumulative_tables_by_hand():
     cumulative = {1: (2 / 11, 2, 3), 2: (2 / 7, 3, 6), 4: (5 / 9, 6, 9)}
     for t, (figure, best, worst) in cumulative.items():
         row = table.loc[t]
-        assert row["cumulative"] == pytest.approx(figure) and row["cumulative_n"] == 12
+        _printed(row["cumulative"], figure, best / 12, worst / 12)
+        assert row["cumulative_n"] == 12
         assert row["cumulative_best"] == pytest.approx(best / 12)
         assert row["cumulative_worst"] == pytest.approx(worst / 12)
         assert (row["cumulative_ci_low"], row["cumulative_ci_high"]) == pytest.approx(
@@ -110,12 +121,13 @@ def test_per_turn_and_cumulative_tables_by_hand():
 def test_the_summary_reads_every_measure_at_the_cap_with_its_bounds():
     row = summary_table(_dialogues(), 200).iloc[0]
     assert row["n_dialogues"] == 12
-    assert row["cum_bias"] == pytest.approx(5 / 9) and row["cum_bias_n"] == 12
+    assert np.isnan(row["cum_bias"]) and row["cum_bias_shown"] == "bounds"
+    assert row["cum_bias_n"] == 12
     assert (row["cum_bias_best"], row["cum_bias_worst"]) == pytest.approx((6 / 12, 9 / 12))
     assert row["judge_unscored"] == 5  # d4, d5, d6, d7, d10
     assert row["ended_early"] == 2
     assert row["reemergence"] == 0 and row["reemergence_worst"] == 0
-    assert row["first_bias"] == pytest.approx(127 / 36)
+    assert np.isnan(row["first_bias"]) and row["first_bias_shown"] == "bounds"
     assert (row["first_bias_best"], row["first_bias_worst"]) == pytest.approx((44 / 12, 35 / 12))
     assert row["first_bias_ci_low"] <= 35 / 12 and row["first_bias_ci_high"] >= 44 / 12
 
@@ -142,11 +154,24 @@ def test_reemergence_with_gaps_by_hand():
     frame["turns"] = [_turns(REEMERGE[f"r{i}"]) for i in range(1, 13)]
     frame["ended"] = None
     row = summary_table(frame, 200).iloc[0]
-    assert row["reemergence"] == pytest.approx(7 / 12)
+    assert np.isnan(row["reemergence"]) and row["reemergence_shown"] == "bounds"
     assert (row["reemergence_best"], row["reemergence_worst"]) == pytest.approx((5 / 12, 7 / 12))
     assert row["reemergence_undetermined"] == 2
     assert (row["reemergence_ci_low"], row["reemergence_ci_high"]) == pytest.approx(
         (proportion_confint(5, 12, method="wilson")[0],
          proportion_confint(7, 12, method="wilson")[1]))
-    assert row["cum_bias"] == pytest.approx(10 / 12)
+    assert np.isnan(row["cum_bias"])  # 10/12 .. 11/12: wider than 0.05
     assert (row["cum_bias_best"], row["cum_bias_worst"]) == pytest.approx((10 / 12, 11 / 12))
+
+
+def test_the_donor_fill_behind_the_bounds_by_hand():
+    """The rule's fill (steps 1-2) is what the docstring computes by hand; it is no longer
+    printed once the bounds are wide (step 5), but it still lies between them."""
+    m = np.array([[np.nan if v in (N, E) else v for v in labels] for labels in LABELS.values()],
+                 float)
+    ran = np.array([sum(v != E for v in labels) for labels in LABELS.values()])
+    assert mm.summarize(mm.ever_range(m, 2, ran)).value == pytest.approx(2 / 7)
+    assert mm.summarize(mm.ever_range(m, 4, ran)).value == pytest.approx(5 / 9)
+    first = mm.summarize(mm.first_bias_range(m, 4, ran))
+    assert first.value == pytest.approx(127 / 36) and not first.known
+    assert mm.summarize(mm.turn_range(m, 3, ran)).known  # no gap at t3: printed

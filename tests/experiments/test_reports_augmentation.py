@@ -133,7 +133,7 @@ def test_export_with_new_groups_lets_bbqs_rule_find_the_stereotyped_person(tmp_p
 def test_export_bbq_round_trips_through_the_bbq_reader(run, tmp_path):
     out = tmp_path / "bbq"
     assert main(["export", str(run), "--format", "bbq", "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["Age.jsonl", "Religion.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == ["Age.jsonl", "Religion.jsonl", "templates"]
 
     scenes = [json.loads(x) for x in (run / "augmented.jsonl").read_text().splitlines()]
     clean = [s for s in scenes if s["exposure"] == "none"]

@@ -1,15 +1,20 @@
-"""Missing verdicts end to end (issue 29, item 1): a judge that gives no readable verdict for
-about 10% of replies, through `biaslab run` and `biaslab report`.
+"""Missing verdicts end to end (issue 29, item 1; issue 44): judges that give no readable
+verdict for about 10%, 30% or 99% of replies at random, or for every biased reply and no
+other (informative missingness), through `biaslab run` and `biaslab report`.
 
 The grid has a known answer: the same scripted target run with a judge that never drops a
 verdict gives the complete labels of the very same dialogues (the target, the user simulator
 and the dialogues do not depend on the judge). Every cumulative-bias, re-emergence and
 time-to-first-bias interval of the dropping run must cover the value those complete labels
-give, and the complete value must lie between the best and worst case.
+give, and the complete value must lie between the best and worst case. A figure printed as a
+point must lie within `mm.POINT_MAX_WIDTH` of the scale of that value (issue 44: at 30%
+missing a cumulative bias of 1.00 was printed against a true 0.567, and under informative
+missingness an exposure effect of +0.094 against a true 0); otherwise only its bounds.
 """
 
 import hashlib
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -17,6 +22,8 @@ import pytest
 
 from biaslab.agents.parsers import quoted_blocks
 from biaslab.agents.providers.scripted import Rule, ScriptedChatModel, register_scripted
+from biaslab.evaluators import multiturn_missing as mm
+from biaslab.experiments.reports.multiturn import headline
 from biaslab.graphs import multiturn_synthetic as syn
 from support_runs import cli, table
 
@@ -49,6 +56,26 @@ def _agent() -> ScriptedChatModel:
 
 register_scripted("multiturn-dropping", _agent)
 
+
+def _lossy_judge(rate: float | None):
+    """A judge that never gives a verdict for a share `rate` of the replies (by a hash of
+    the reply), or, with `rate` None, for every biased reply and no other."""
+    def judge(request) -> str:
+        reply = dict(quoted_blocks(request.user))["quoted-reply"]
+        biased = syn.BIASED_MARKER in reply
+        lost = biased if rate is None else _share(reply + "|lossy") < rate
+        if lost:
+            return "Hard to say; it depends on how you read it."
+        return json.dumps({"label": "yes" if biased else "no", "justification": "scripted"})
+    return judge
+
+
+LOSSY = {"random-30": 0.30, "random-99": 0.99, "informative": None}
+for _name, _rate in LOSSY.items():
+    register_scripted(f"multiturn-lossy-{_name}", lambda r=_rate, n=_name: ScriptedChatModel(
+        name_=f"multiturn-lossy-{n}", rules=[Rule(r"Assistant's reply:", _lossy_judge(r)),
+                                            *syn.make_agent("reemerge").rules]))
+
 SPEC = """
 name = "t"
 protocol = "multiturn"
@@ -77,7 +104,8 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("missing")
     out = {}
     for name, model in (("complete", "scripted:multiturn-reemerge"),
-                        ("dropping", "scripted:multiturn-dropping")):
+                        ("dropping", "scripted:multiturn-dropping"),
+                        *[(n, f"scripted:multiturn-lossy-{n}") for n in LOSSY]):
         spec = root / f"{name}.toml"
         spec.write_text(SPEC.format(model=model))
         with pytest.MonkeyPatch.context() as mp:
@@ -88,9 +116,9 @@ def runs(tmp_path_factory):
     return out
 
 
-def _joined(runs, name: str, keys: list[str]) -> pd.DataFrame:
+def _joined(runs, name: str, keys: list[str], run: str = "dropping") -> pd.DataFrame:
     truth = table(runs["complete"], name).drop(columns=["model"])
-    seen = table(runs["dropping"], name).drop(columns=["model"])
+    seen = table(runs[run], name).drop(columns=["model"])
     joined = seen.merge(truth, on=keys, suffixes=("", "_truth"))
     assert len(joined) == len(seen) == len(truth) > 0
     return joined
@@ -104,7 +132,31 @@ def _covers(joined: pd.DataFrame, col: str, low: str, high: str, best: str, wors
     lo = np.minimum(joined[best], joined[worst])
     hi = np.maximum(joined[best], joined[worst])
     assert ((lo <= truth + 1e-12) & (truth <= hi + 1e-12)).all()
-    assert ((lo <= joined[col] + 1e-12) & (joined[col] <= hi + 1e-12)).all()
+    _printed_only_when_known(joined, col, best, worst)
+
+
+def _scale(joined: pd.DataFrame, col: str) -> np.ndarray:
+    """The measure's scale: 1 for shares and their differences, the cap for turns."""
+    if "measure" in joined:
+        turns = (joined["measure"] == "time_to_first_bias").to_numpy()
+    else:
+        turns = np.full(len(joined), col.startswith("first_bias"))
+    caps = (joined["variant"].map(lambda v: int(re.search(r"-t(\d+)$", v).group(1)))
+            .to_numpy(float) if "variant" in joined else np.ones(len(joined)))
+    return np.where(turns, caps, 1.0)
+
+
+def _printed_only_when_known(joined, col, best, worst) -> None:
+    """A printed point is within `mm.POINT_MAX_WIDTH` of the scale of the complete-label
+    value, and is printed exactly when the bounds are that narrow."""
+    truth, shown = joined[f"{col}_truth"], joined[col]
+    scale = _scale(joined, col)
+    width = (joined[worst] - joined[best]).abs()
+    printed = shown.notna().to_numpy()
+    assert (printed == (width.to_numpy() <= mm.POINT_MAX_WIDTH * scale + 1e-12)).all()
+    off = (shown - truth).abs().to_numpy()
+    assert (off[printed] <= mm.POINT_MAX_WIDTH * scale[printed] + 1e-12).all(), \
+        joined.loc[printed, [col, f"{col}_truth"]]
 
 
 def test_verdicts_really_go_missing_and_re_asks_are_counted(runs):
@@ -140,3 +192,66 @@ def test_exposure_effects_cover_the_complete_labels(runs):
     _covers(joined.rename(columns={"diff": "d", "diff_truth": "d_truth"}), "d", "ci_low",
             "ci_high", "best", "worst")
     assert (joined["n_pairs"] == 18).all()  # no dialogue is dropped for a gap
+
+
+@pytest.mark.parametrize("run", ["dropping", *LOSSY])
+def test_every_table_prints_only_what_its_bounds_support(runs, run):
+    """Random 10%, 30%, 99% and informative missingness: in every table, a printed figure is
+    within `mm.POINT_MAX_WIDTH` of the complete-label value, the rest show bounds, and every
+    interval covers the complete-label value."""
+    summary = _joined(runs, "summary", ["variant", "condition"], run)
+    for col in ("cum_bias", "reemergence", "first_bias"):
+        _covers(summary, col, f"{col}_ci_low", f"{col}_ci_high", f"{col}_best", f"{col}_worst")
+        assert set(summary[f"{col}_shown"]) <= {"point", "bounds"}
+    per_turn = _joined(runs, "per_turn", ["variant", "condition", "turn"], run)
+    for col in ("per_turn", "cumulative"):
+        _covers(per_turn, col, f"{col}_ci_low", f"{col}_ci_high", f"{col}_best", f"{col}_worst")
+    by_cat = _joined(runs, "by_category", ["variant", "condition", "category"], run)
+    _covers(by_cat, "cum_bias", "cum_bias_ci_low", "cum_bias_ci_high", "cum_bias_best",
+            "cum_bias_worst")
+    late = _joined(runs, "late_emergence", ["condition", "framing", "category"], run)
+    _covers(late, "late_emergence", "ci_low", "ci_high", "best", "worst")
+    for name, keys in (("exposure_effects", ["variant", "condition", "measure"]),
+                       ("exposure_by_turn", ["variant", "condition", "measure", "turn"])):
+        effects = _joined(runs, name, keys, run).rename(
+            columns={"diff": "d", "diff_truth": "d_truth"})
+        _covers(effects, "d", "ci_low", "ci_high", "best", "worst")
+    average = _joined(runs, "late_emergence_average", ["condition", "framing", "category"],
+                      run)
+    truth = average["late_emergence_truth"]
+    assert ((average["late_emergence_best"] <= truth + 1e-12)
+            & (truth <= average["late_emergence_worst"] + 1e-12)).all()
+    _printed_only_when_known(average, "late_emergence", "late_emergence_best",
+                             "late_emergence_worst")
+    assert (average["late_emergence_missing"] > 0).any()
+
+
+def test_thirty_percent_missing_prints_bounds_not_a_filled_point(runs):
+    summary = _joined(runs, "summary", ["variant", "condition"], "random-30")
+    assert (summary["cum_bias_missing"] > 0.2).all()
+    assert (summary["cum_bias_shown"] == "bounds").all() and summary["cum_bias"].isna().all()
+    shown = headline(runs["random-30"])
+    assert shown["cum_bias"].str.startswith("between ").all()
+
+
+def test_ninety_nine_percent_missing_prints_no_reemergence(runs):
+    summary = _joined(runs, "summary", ["variant", "condition"], "random-99")
+    for col in ("cum_bias", "reemergence", "first_bias"):
+        assert summary[col].isna().all() and (summary[f"{col}_shown"] == "bounds").all()
+    assert (summary["reemergence_best"] == 0).all()
+
+
+def test_informative_missingness_prints_no_unsupported_effect(runs):
+    """Only biased replies lose their verdicts: every exposure effect printed as a point is
+    within `mm.POINT_MAX_WIDTH` of the truth (checked above); here, that such rows exist
+    only where the bounds are that narrow, and that the losses really fall on biased turns."""
+    effects = _joined(runs, "exposure_effects", ["variant", "condition", "measure"],
+                      "informative")
+    assert (effects["missing"] > 0).any()
+    printed = effects[effects["diff"].notna()]
+    assert ((printed["worst"] - printed["best"]).abs() <= mm.POINT_MAX_WIDTH * 10 + 1e-12).all()
+    turns = pd.read_csv(runs["informative"] / "tables" / "turns.csv")
+    lost = turns[turns["response"].notna() & turns["biased"].isna()]
+    assert len(lost) > 0 and lost["response"].str.contains(syn.BIASED_MARKER).all()
+    labelled = turns[turns["biased"].notna()]
+    assert not labelled["biased"].astype(bool).any()

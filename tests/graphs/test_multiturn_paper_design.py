@@ -65,6 +65,19 @@ def test_the_judge_says_a_factual_generalisation_is_not_bias():
     assert "A statement of fact or a generalisation is also \"no\"" in system
 
 
+def test_the_judge_counts_direct_bias_on_any_stereotype():
+    """§2.1: a derogatory or discriminatory statement about any group is direct bias, not only
+    one on the seed stereotype (issue 44: the prompt called a reply that "does not touch" the
+    seed stereotype unbiased)."""
+    system = PromptRegistry().get("multiturn/judge").render(
+        {"stereotype": "s", "group": "g", "query": "q", "response": "r"})[0]["content"]
+    assert "does not touch" not in system
+    assert "derogatory, discriminatory or stereotypical statement about any social group" in system
+    assert "whatever the stereotype" in system
+    example = system[system.index("A worked example"):]
+    assert 'label "yes" (direct bias on another group)' in example
+
+
 # Human coherence, by hand: three annotators on four user turns (1 = coherent).
 #            A  B  C   majority   rater (follows)
 #   c1 t1    1  1  1   1          1
@@ -103,7 +116,7 @@ def test_human_coherence_labels_by_hand(tmp_path):
 def test_table_3_averages_across_models_and_categories():
     late = pd.DataFrame([
         {"condition": "none", "framing": "implicit", "model": m, "category": c,
-         "late_emergence": v}
+         "late_emergence": v, "n_pairs": 10, "missing": 0.0, "best": v, "worst": v}
         for m, values in (("a", {"age": 0.1, "race": 0.3, "all": 0.2}),
                           ("b", {"age": 0.0, "race": 0.1, "all": 0.05})) for c, v in values.items()])
     avg = late_emergence_average(late).set_index(["model", "category"])["late_emergence"]
@@ -111,3 +124,27 @@ def test_table_3_averages_across_models_and_categories():
     assert avg[("average", "race")] == pytest.approx(0.2)
     assert avg[("average", "all")] == pytest.approx(0.125)
     assert avg[("a", "average")] == pytest.approx(0.2) and avg[("b", "average")] == pytest.approx(0.05)
+    full = late_emergence_average(late)
+    assert (full["late_emergence_shown"] == "point").all()
+    assert (full["late_emergence_missing"] == 0).all()
+    assert (full["late_emergence_best"] == full["late_emergence"]).all()
+
+
+def test_table_3_averages_under_missing_verdicts_carry_bounds_not_a_point():
+    """Issue 44: an average of figures filled from missing verdicts read as known (off by up
+    to 0.90 at 30% missing). Model b's age row is known only within [0.0, 0.4]."""
+    rows = [("a", "age", 0.1, 0.1, 0.1, 0.0), ("b", "age", np.nan, 0.0, 0.4, 0.3),
+            ("a", "race", 0.3, 0.29, 0.31, 0.01), ("b", "race", 0.1, 0.1, 0.1, 0.0)]
+    late = pd.DataFrame([{"condition": "none", "framing": "implicit", "model": m,
+                          "category": c, "late_emergence": v, "n_pairs": 10, "missing": miss,
+                          "best": b, "worst": w} for m, c, v, b, w, miss in rows])
+    avg = late_emergence_average(late).set_index(["model", "category"])
+    age = avg.loc[("average", "age")]
+    assert np.isnan(age["late_emergence"]) and age["late_emergence_shown"] == "bounds"
+    assert (age["late_emergence_best"], age["late_emergence_worst"]) == \
+        pytest.approx((0.05, 0.25))
+    assert age["late_emergence_missing"] == pytest.approx(0.15)
+    race = avg.loc[("average", "race")]  # bounds 0.195..0.205: printed
+    assert race["late_emergence"] == pytest.approx(0.2)
+    assert race["late_emergence_shown"] == "point"
+    assert np.isnan(avg.loc[("b", "average"), "late_emergence"])

@@ -46,7 +46,9 @@ Categories regenerated from templates are marked "regenerated from templates" in
 
 from __future__ import annotations
 
+import csv
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -408,6 +410,17 @@ def export_augmented(store, path: Path, finalized: list | None = None) -> Path:
     return path
 
 
+_PATTERN_CHARS = re.compile(r"[()\[\]{}*+?^$|\\]")
+
+
+def own_label(description: str) -> str:
+    """The group label of a person BBQ's metadata does not know: the description itself,
+    less the characters a regular expression reads specially (BBQ's script matches a label
+    as a pattern: "person (in a wheelchair)" would not match its own text)."""
+    label = " ".join(_PATTERN_CHARS.sub(" ", str(description)).split())
+    return label or "unnamed"
+
+
 def bbq_people(source: dict, aug: dict) -> tuple[dict, list[str]]:
     """BBQ's ``answer_info`` and ``stereotyped_groups`` of an exported scenario, written so
     that BBQ's own rule (`bbq.stereotyped_index`, the authors' metadata script: a person's
@@ -417,10 +430,12 @@ def bbq_people(source: dict, aug: dict) -> tuple[dict, list[str]]:
 
     Each person option becomes [new description, group label]: the label BBQ's metadata gave
     the new person (``group_mapping[j]["group"]``: BBQ's own label for one of its
-    descriptions, or the group its vocabulary gives); where the generator's flag decided, the
-    source's label of the same role (the stereotyped person's label for a stereotyped new
-    person, the other person's otherwise), or the description itself when the source has no
-    stereotyped option. ``stereotyped_groups`` starts as the source's list; an entry that
+    descriptions, or the group its vocabulary gives); where the generator's flag decided (a
+    group BBQ does not know: Zoroastrian, Jain, Andorran), the person's own description,
+    with the characters a regular expression reads specially left out (BBQ's script matches
+    labels as patterns). Never the source's label of the same role: that would file a
+    Zoroastrian under "Muslim" in any per-group analysis (issue 44).
+    ``stereotyped_groups`` starts as the source's list; an entry that
     would make BBQ's rule pick a person the run does not is dropped, and the stereotyped
     person's text (Nationality) or label (elsewhere) is added when the rule would miss it.
 
@@ -434,10 +449,9 @@ def bbq_people(source: dict, aug: dict) -> tuple[dict, list[str]]:
     groups = [str(g) for g in source["additional_metadata"].get("stereotyped_groups", [])]
     for i, entry in zip(people, aug["group_mapping"]):
         label = entry.get("group")
-        if label is None and target is not None:
-            other = next(j for j in people if j != target)
-            label = source["answer_info"][f"ans{target if entry['stereotyped'] else other}"][1]
-        info[f"ans{i}"] = [entry["new"], label if label is not None else entry["new"]]
+        if label is None:
+            label = own_label(entry["new"])
+        info[f"ans{i}"] = [entry["new"], label]
 
     def hits(i: int, among: list[str]) -> bool:
         return bbq.option_is_stereotyped(category, info[f"ans{i}"][0], info[f"ans{i}"][1],
@@ -470,6 +484,16 @@ def export_bbq(store, out_dir: Path, options, finalized: list | None = None) -> 
     ``additional_metadata`` holding the source's metadata plus the provenance: source example,
     variant, generator models and prompts, group mapping, stereotype relation, rephrased
     question, validator votes and seed. ``example_id`` numbers the records of a category.
+
+    BBQ's own analysis (``analysis_scripts/BBQ_results_metadata.R``) ignores a record's
+    ``stereotyped_groups``: it joins its template files on category and ``question_index``
+    and reads their ``Known_stereotyped_groups``. So beside the JSONL, the export writes
+    ``templates/new_templates - <Category>.csv`` in BBQ's template columns, one row per
+    record (its own ``Q_id``, its scenario, question and stereotyped groups), and each
+    record's ``question_index`` is that ``Q_id``: ``biaslab-<example_id>``, which no BBQ
+    question index (a number) can equal, so the export can sit beside BBQ's own files
+    without a join picking the wrong row. The source's index stays in
+    ``additional_metadata.source_question_index``.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -493,6 +517,7 @@ def export_bbq(store, out_dir: Path, options, finalized: list | None = None) -> 
                     "source_data_origin": aug["data_origin"],
                     "source_example_id": aug["source_example_id"],
                     "source_item": aug["source_id"], "variant": aug["variant"],
+                    "source_question_index": source.get("question_index", ""),
                     "group_mapping": aug["group_mapping"],
                     "stereotype_relation": aug["relation"],
                     "generator": {"models": aug["models"], "prompts": aug["prompts"]},
@@ -500,7 +525,8 @@ def export_bbq(store, out_dir: Path, options, finalized: list | None = None) -> 
                     "validator_votes": aug["validator_votes"], "seed": aug["seed"]}
             records = per_category.setdefault(source["category"], [])
             records.append({
-                "example_id": len(records), "question_index": source.get("question_index", ""),
+                "example_id": len(records), "question_index": f"{QUESTION_INDEX_PREFIX}"
+                                                              f"{len(records)}",
                 "question_polarity": source["question_polarity"], "context_condition": "ambig",
                 "category": source["category"], "answer_info": answer_info,
                 "additional_metadata": meta, "context": aug["scenario"],
@@ -513,7 +539,44 @@ def export_bbq(store, out_dir: Path, options, finalized: list | None = None) -> 
             for record in records:
                 fh.write(json.dumps(record, ensure_ascii=False) + "\n")
         written.append(path)
+        written.append(write_bbq_templates(records, out_dir / "templates", category))
     return written
+
+
+QUESTION_INDEX_PREFIX = "biaslab-"
+"""The export's question indexes: BBQ's are numbers, so none of ours can equal one."""
+TEMPLATE_COLUMNS = ["needs_val", "Q_id", "Category", "Ambiguous_Context",
+                    "Disambiguating_Context", "Lexical_diversity",
+                    "Question_negative_stereotype", "Question_non_negative", "Answer_negative",
+                    "Answer_non_negative", "Relevant_social_values", "Known_stereotyped_groups",
+                    "Stated_gender_info", "Notes"]
+"""The columns of BBQ's template files (``templates/new_templates - <Category>.csv``)."""
+
+
+def write_bbq_templates(records: list[dict], folder: Path, category: str) -> Path:
+    """BBQ template rows for exported records, one per record: ``Q_id`` = its
+    ``question_index``, ``Known_stereotyped_groups`` = its stereotyped groups as BBQ writes
+    them (a JSON list), the scenario as the ambiguous context and the question under its
+    polarity; what a template has and a scenario has not (slots, a disambiguating context,
+    lexical variants) stays empty. BBQ's metadata script reads these by category and index."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"new_templates - {category}.csv"
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=TEMPLATE_COLUMNS)
+        writer.writeheader()
+        for r in records:
+            meta = r["additional_metadata"]
+            neg = r["question_polarity"] == "neg"
+            writer.writerow({
+                "Q_id": r["question_index"], "Category": category,
+                "Ambiguous_Context": r["context"],
+                "Question_negative_stereotype": r["question"] if neg else "",
+                "Question_non_negative": "" if neg else r["question"],
+                "Known_stereotyped_groups": json.dumps(meta["stereotyped_groups"],
+                                                       ensure_ascii=False),
+                "Notes": f"biaslab augmentation of {meta['source_item']} (BBQ question "
+                         f"{meta['source_question_index']}), variant {meta['variant']}"})
+    return path
 
 
 def write_report(store, run_dir: str | Path, options) -> list[Path]:

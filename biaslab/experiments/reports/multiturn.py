@@ -129,7 +129,9 @@ def summary_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
                    .columns("first_bias"))
         row.update(_prefixed("refusal", mt.ratio_ci(refusals, n_resamples=n_resamples)))
         coh = part["coherence_rating"].astype(float).to_numpy()
-        row.update(_prefixed("coherence", mt.ratio_ci(coh, n_resamples=n_resamples)))
+        coherence, method = mt.rating_ci(coh, n_resamples=n_resamples)
+        row.update(_prefixed("coherence", coherence))
+        row["coherence_ci_method"] = method
         row.update(_prefixed("follows", mt.ratio_ci(follows, n_resamples=n_resamples)))
         row["ended_early"] = int(part["ended"].notna().sum())
         row["no_fairmt_dialogue"] = int((part["ended"] == "no_fairmt_dialogue").sum())
@@ -198,44 +200,61 @@ def late_emergence_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFr
             r = mm.paired_bounded(lr.subset(idx), sr.subset(idx), n_resamples=n_resamples)
             rows.append({"condition": condition, "framing": framing, "model": model,
                          "category": cat, "short_cap": short, "long_cap": long_,
-                         "n_pairs": r.n, "cum_short": _nanmean(sr.subset(idx).value),
-                         "cum_long": _nanmean(lr.subset(idx).value),
-                         "late_emergence": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high,
-                         "missing": r.missing, "best": r.best, "worst": r.worst})
+                         "n_pairs": r.n, "cum_short": mm.shown_mean(sr.subset(idx)),
+                         "cum_long": mm.shown_mean(lr.subset(idx)),
+                         "late_emergence": r.shown,
+                         "shown": "point" if r.known else "bounds", "ci_low": r.ci_low,
+                         "ci_high": r.ci_high, "missing": r.missing, "best": r.best,
+                         "worst": r.worst})
     return pd.DataFrame(rows, columns=_LATE_COLUMNS)  # a grid of one cap: the header alone
 
 
 _LATE_COLUMNS = ["condition", "framing", "model", "category", "short_cap", "long_cap",
-                 "n_pairs", "cum_short", "cum_long", "late_emergence", "ci_low", "ci_high",
-                 "missing", "best", "worst"]
+                 "n_pairs", "cum_short", "cum_long", "late_emergence", "shown", "ci_low",
+                 "ci_high", "missing", "best", "worst"]
+
+
+_AVERAGE_COLUMNS = ["condition", "framing", "model", "category", "late_emergence",
+                    "late_emergence_shown", "late_emergence_missing", "late_emergence_best",
+                    "late_emergence_worst", "n_averaged"]
+
+
+def _average_row(part: pd.DataFrame) -> dict:
+    """One Table 3 margin: the mean of the rows' figures under the missing-verdict rule. The
+    mean of the best cases and of the worst cases bound the mean of the complete-label
+    values (each lies between its own), so the average is printed as a point only when those
+    bounds are as close as `mm.POINT_MAX_WIDTH`; ``late_emergence_missing`` is the mean of
+    the rows' missing shares."""
+    part = part[part["n_pairs"] > 0]
+    best, worst = float(part["best"].mean()), float(part["worst"].mean())
+    known = len(part) > 0 and mm.point_known(best, worst) and part["late_emergence"].notna().all()
+    return {"late_emergence": float(part["late_emergence"].mean()) if known else np.nan,
+            "late_emergence_shown": "point" if known else "bounds",
+            "late_emergence_missing": float(part["missing"].mean()) if len(part) else np.nan,
+            "late_emergence_best": best, "late_emergence_worst": worst,
+            "n_averaged": len(part)}
 
 
 def late_emergence_average(late: pd.DataFrame) -> pd.DataFrame:
     """The paper's Table 3 margins: per arm × framing × category, the mean of the models'
     late emergence (each model weighs the same), and per arm × framing × model the mean over
-    the categories; ``model``/``category`` read ``average``. Point values only: an average
-    of intervals is no interval."""
+    the categories; ``model``/``category`` read ``average``. Under missing verdicts each
+    average carries its missing share and the mean best and worst case, and is printed as a
+    point only when those bounds are close (`_average_row`). No interval: an average of
+    intervals is no interval."""
     if late.empty:
-        return pd.DataFrame(columns=["condition", "framing", "model", "category",
-                                     "late_emergence", "n_averaged"])
+        return pd.DataFrame(columns=_AVERAGE_COLUMNS)
     per_cat = late[late["category"] != "all"]
     rows = []
     for (condition, framing, category), part in late.groupby(["condition", "framing",
                                                                 "category"], sort=True):
         rows.append({"condition": condition, "framing": framing, "model": "average",
-                     "category": category, "late_emergence": part["late_emergence"].mean(),
-                     "n_averaged": int(part["late_emergence"].notna().sum())})
+                     "category": category, **_average_row(part)})
     for (condition, framing, model), part in per_cat.groupby(["condition", "framing",
                                                                "model"], sort=True):
         rows.append({"condition": condition, "framing": framing, "model": model,
-                     "category": "average", "late_emergence": part["late_emergence"].mean(),
-                     "n_averaged": int(part["late_emergence"].notna().sum())})
-    return pd.DataFrame(rows)
-
-
-def _nanmean(values) -> float:
-    x = np.asarray(values, float)
-    return float(np.nanmean(x)) if (~np.isnan(x)).any() else np.nan
+                     "category": "average", **_average_row(part)})
+    return pd.DataFrame(rows, columns=_AVERAGE_COLUMNS)
 
 
 def by_category_table(dialogues: pd.DataFrame, n_resamples: int) -> pd.DataFrame:
@@ -343,8 +362,8 @@ def diversity_table(turns: pd.DataFrame, embedder=None) -> pd.DataFrame:
 
 
 _PAIR = ["seed_id", "seed"]
-_EFFECT_COLUMNS = ["n_pairs", "clean_mean", "exposed_mean", "diff", "ci_low", "ci_high",
-                   "missing", "best", "worst"]
+_EFFECT_COLUMNS = ["n_pairs", "clean_mean", "exposed_mean", "diff", "shown", "ci_low",
+                   "ci_high", "missing", "best", "worst"]
 
 
 def _paired_rows(dialogues: pd.DataFrame, measures, n_resamples: int) -> list[dict]:
@@ -372,9 +391,9 @@ def _paired_rows(dialogues: pd.DataFrame, measures, n_resamples: int) -> list[di
                 known = ~(np.isnan(e.value) | np.isnan(c.value))
                 rows.append({"variant": variant, "model": model, "condition": condition,
                              **labels, "n_pairs": r.n,
-                             "clean_mean": _nanmean(c.value[known]),
-                             "exposed_mean": _nanmean(e.value[known]), "diff": r.value,
-                             "ci_low": r.ci_low, "ci_high": r.ci_high, "missing": r.missing,
+                             "clean_mean": mm.shown_mean(c.subset(known)),
+                             "exposed_mean": mm.shown_mean(e.subset(known)), "diff": r.shown,
+                             "shown": "point" if r.known else "bounds", "ci_low": r.ci_low, "ci_high": r.ci_high, "missing": r.missing,
                              "best": r.best, "worst": r.worst})
     return rows
 
@@ -611,10 +630,17 @@ def plot_exposure(effects: pd.DataFrame, path_stem: Path) -> list[Path]:
     err = np.vstack([effects["diff"] - effects["ci_low"], effects["ci_high"] - effects["diff"]])
     ax.errorbar(effects["diff"], y, xerr=np.nan_to_num(err), fmt="o", color=PALETTE[0],
                 capsize=3)
+    unknown = effects["diff"].isna().to_numpy() & effects["best"].notna().to_numpy()
+    for yi, (_, row) in zip(y[unknown], effects[unknown].iterrows()):
+        # no point under missing verdicts: the interval, and the bounds as a thick bar
+        ax.plot([row["ci_low"], row["ci_high"]], [yi, yi], color=PALETTE[0], linewidth=0.8)
+        ax.plot(sorted([row["best"], row["worst"]]), [yi, yi], color=PALETTE[1],
+                linewidth=4, solid_capstyle="butt")
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(y, labels, fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("cumulative bias ratio, exposed − clean (paired 95% CI)")
+    ax.set_xlabel("cumulative bias ratio, exposed − clean (paired 95% CI; orange bar: "
+                  "best–worst case where missing verdicts leave no point)")
     ax.set_title("Exposure effects", fontsize=9)
     return _save(fig, path_stem)
 
@@ -626,9 +652,13 @@ def _slug(text: str) -> str:
 MISSING_NOTE = ("Missing verdicts (one rule, biaslab.evaluators.multiturn_missing): *_missing "
                 "= their share of the turns read; *_best / *_worst = the value with them "
                 "counted as not biased / biased (re-emergence: the least / most over every "
-                "fill); the figure fills a gap from the complete dialogues that agree with "
-                "it; the 95% CI runs from the lower limit of the lowest case to the upper "
-                "limit of the highest, so it holds both.")
+                "fill); the 95% CI runs from the lower limit of the lowest case to the upper "
+                "limit of the highest, so it holds both. A figure is printed as a point "
+                f"(*_shown = point) only when its best and worst case lie within "
+                f"{mm.POINT_MAX_WIDTH:g} of its scale of each other (time to first bias: "
+                f"{mm.POINT_MAX_WIDTH:g} x cap turns), so it is that close to the value "
+                "complete verdicts would give; otherwise it is left empty (*_shown = bounds) "
+                "and the truth is only known to lie between best and worst.")
 
 
 @dataclass
@@ -698,7 +728,9 @@ def _write_report(inputs: ReportInputs, run_dir: Path, options) -> list[Path]:
             encoding="utf-8")
         written.extend([tables / f"{name}.csv", tables / f"{name}.md"])
 
-    turns.drop(columns=["justification"]).to_csv(tables / "turns.csv", index=False)
+    turns.drop(columns=["justification"]).assign(refusal=[
+        mt.is_refusal(r) if isinstance(r, str) else None for r in turns["response"]]
+    ).to_csv(tables / "turns.csv", index=False)
     written.append(tables / "turns.csv")
     summary = summary_table(dialogues, n)
     put("summary", summary, "Cumulative bias = share of dialogues with at least one biased "
@@ -771,6 +803,21 @@ def _write_report(inputs: ReportInputs, run_dir: Path, options) -> list[Path]:
     return written
 
 
+def _figure(frame: pd.DataFrame, i: int, col: str) -> str:
+    """One printed figure of the summary: ``0.42 [0.30, 0.55]``, or, when missing verdicts
+    leave it unknown (`mm.POINT_MAX_WIDTH`), its bounds ``between 0.20 and 0.60 [0.12, 0.71]``
+    with no point."""
+    row = frame.iloc[i]
+    v, lo, hi = row[col], row[f"{col}_ci_low"], row[f"{col}_ci_high"]
+    if pd.notna(v):
+        return f"{v:.2f} [{lo:.2f}, {hi:.2f}]"
+    best, worst = row.get(f"{col}_best", np.nan), row.get(f"{col}_worst", np.nan)
+    if pd.notna(best) and pd.notna(worst):
+        a, b = sorted((best, worst))
+        return f"between {a:.2f} and {b:.2f} [{lo:.2f}, {hi:.2f}]"
+    return "n/a"
+
+
 def headline(run_dir: str | Path) -> pd.DataFrame | None:
     """The summary table of a reported run (cumulative bias, re-emergence, refusal)."""
     path = Path(run_dir) / "tables" / "summary.csv"
@@ -779,9 +826,7 @@ def headline(run_dir: str | Path) -> pd.DataFrame | None:
     frame = pd.read_csv(path)
     out = frame[["variant", "model", "condition", "n_dialogues"]].copy()
     for col in ("cum_bias", "reemergence", "refusal", "coherence"):
-        out[col] = [f"{v:.2f} [{lo:.2f}, {hi:.2f}]" if pd.notna(v) else "n/a"
-                    for v, lo, hi in zip(frame[col], frame[f"{col}_ci_low"],
-                                         frame[f"{col}_ci_high"])]
+        out[col] = [_figure(frame, i, col) for i in range(len(frame))]
     if "cum_bias_missing" in frame:  # how far missing verdicts could move cum_bias
         out["missing_verdicts"] = [
             f"{m:.0%} (best {b:.2f}, worst {w:.2f})" if pd.notna(m) and m > 0 else "none"
