@@ -40,6 +40,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from biaslab.agents.ask import call_seed, complete_recorded
+from biaslab.agents.class_patch import ClassPatch
 from biaslab.agents.context import CellContext
 from biaslab.agents.structured_output import openai_answer_fields, response_format_param
 from biaslab.agents.tool_answers import decode_answer, openai_tool_calls, refusal_of
@@ -93,9 +94,6 @@ class AppCalls:
 
 _ACTIVE: contextvars.ContextVar[AppCalls | None] = contextvars.ContextVar(
     "biaslab_app_calls", default=None)
-_PATCH_LOCK = threading.Lock()
-_PATCH_USERS = 0
-_ORIGINAL: dict[str, Any] = {}
 
 
 def node_path(metadata: Mapping[str, Any] | None, prefix: str = "") -> str:
@@ -280,35 +278,17 @@ _PATCHES = {"_agenerate_with_cache": _agenerate_with_cache,
             "_should_use_protocol_streaming": _no_streaming}
 
 
-def _install() -> None:
-    global _PATCH_USERS
-    with _PATCH_LOCK:
-        if _PATCH_USERS == 0:
-            for name, fn in _PATCHES.items():
-                if name in BaseChatModel.__dict__:
-                    _ORIGINAL[name] = BaseChatModel.__dict__[name]
-                    setattr(BaseChatModel, name, fn)
-        _PATCH_USERS += 1
-
-
-def _uninstall() -> None:
-    global _PATCH_USERS
-    with _PATCH_LOCK:
-        _PATCH_USERS -= 1
-        if _PATCH_USERS == 0:
-            for name, fn in _ORIGINAL.items():
-                setattr(BaseChatModel, name, fn)
-            _ORIGINAL.clear()
+_PATCH = ClassPatch(BaseChatModel, _PATCHES)
 
 
 @contextlib.contextmanager
 def intercepting(calls: AppCalls) -> Iterator[AppCalls]:
     """Route the chat-model calls made in this block (and in tasks and threads started from
     it with its context) to `calls`' cell."""
-    _install()
+    _PATCH.install()
     token = _ACTIVE.set(calls)
     try:
         yield calls
     finally:
         _ACTIVE.reset(token)
-        _uninstall()
+        _PATCH.uninstall()

@@ -41,6 +41,7 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 
 from biaslab.agents.app_models import node_path
+from biaslab.agents.class_patch import ClassPatch
 from biaslab.agents.context import CellContext
 from biaslab.errors import ReplayMiss
 from biaslab.traces.cache import CachedResponse
@@ -269,9 +270,6 @@ def counterfactual_tools() -> Iterator[None]:
         yield
     finally:
         _COUNTERFACTUAL.reset(token)
-_PATCH_LOCK = threading.Lock()
-_PATCH_USERS = 0
-_ORIGINAL: dict[str, Any] = {}
 
 
 def _active(tool: BaseTool) -> AppTools:
@@ -309,7 +307,7 @@ def _validates(tool: BaseTool, tool_input: Any, tool_call_id: str | None) -> boo
 
 
 def _run(self, tool_input, *args, **kwargs):
-    original = _ORIGINAL["run"]
+    original = _PATCH.original["run"]
     tools = _active(self)
     tool_call_id = kwargs.get("tool_call_id")
     if not _validates(self, tool_input, tool_call_id):
@@ -329,7 +327,7 @@ def _run(self, tool_input, *args, **kwargs):
 
 
 async def _arun(self, tool_input, *args, **kwargs):
-    original = _ORIGINAL["arun"]
+    original = _PATCH.original["arun"]
     tools = _active(self)
     tool_call_id = kwargs.get("tool_call_id")
     if not _validates(self, tool_input, tool_call_id):
@@ -351,37 +349,20 @@ async def _arun(self, tool_input, *args, **kwargs):
 _PATCHES = {"run": _run, "arun": _arun}
 
 
-def _install() -> None:
-    global _PATCH_USERS
-    with _PATCH_LOCK:
-        if _PATCH_USERS == 0:
-            for name, fn in _PATCHES.items():
-                _ORIGINAL[name] = BaseTool.__dict__[name]
-                setattr(BaseTool, name, fn)
-        _PATCH_USERS += 1
-
-
-def _uninstall() -> None:
-    global _PATCH_USERS
-    with _PATCH_LOCK:
-        _PATCH_USERS -= 1
-        if _PATCH_USERS == 0:
-            for name, fn in _ORIGINAL.items():
-                setattr(BaseTool, name, fn)
-            _ORIGINAL.clear()
+_PATCH = ClassPatch(BaseTool, _PATCHES)
 
 
 @contextlib.contextmanager
 def recording_tools(tools: AppTools) -> Iterator[AppTools]:
     """Record (and answer from the record) the LangChain tools run in this block, and in tasks
     and threads started from it with its context, as `tools`' cell's."""
-    _install()
+    _PATCH.install()
     token = _ACTIVE.set(tools)
     try:
         yield tools
     finally:
         _ACTIVE.reset(token)
-        _uninstall()
+        _PATCH.uninstall()
 
 
 def tool_rows(cell_id: str, output: Mapping[str, Any]) -> list[dict[str, Any]]:
