@@ -1,0 +1,262 @@
+"""Traces from elsewhere: a LangGraph app traced by the real OpenTelemetry SDK and OpenInference
+instrumentor (and a LangSmith export written from its run schema), imported as a run that
+`report` and judges over a node read without the app."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import TypedDict
+
+import pandas as pd
+import pytest
+
+from biaslab.agents.providers.scripted import Rule, ScriptedChatModel, register_scripted
+from biaslab.cli import main
+from biaslab.traces.imported import read_trace_file
+from biaslab.traces.store import RunStore
+
+otel_sdk = pytest.importorskip("opentelemetry.sdk.trace")
+pytest.importorskip("openinference.instrumentation.langchain")
+
+ITEMS = [{"id": "a1", "cv": "Ten years of Python, led a team of five.", "gender": "female"},
+         {"id": "a2", "cv": "Two years of Python, no team lead.", "gender": "female"},
+         {"id": "a3", "cv": "Ten years of Go, led a team of nine.", "gender": "male"},
+         {"id": "a4", "cv": "One year of Java.", "gender": "male"}]
+
+
+def cli(capsys, *args):
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(code: int, err: str) -> bool:
+    return code == 2 and err.count("\n") == 1 and err.startswith("biaslab: error:")
+
+
+def hiring_app():
+    """A two-node hiring app whose chat model answers by rules (no network): the reviewer
+    rates the CV, the chair decides from the review alone."""
+    from langchain_core.messages import HumanMessage, SystemMessage
+    from langgraph.graph import END, START, StateGraph
+
+    model = ScriptedChatModel(rules=[
+        Rule(r"led a team", "Strong: long experience and leadership."),
+        Rule(r"CV:", "Weak: little experience."),
+        Rule(r"Review: Strong", "hire"),
+        Rule(r"Review: Weak", "reject")])
+
+    class State(TypedDict, total=False):
+        id: str
+        cv: str
+        gender: str
+        review: str
+        decision: str
+
+    def reviewer(state: State) -> dict:
+        answer = model.invoke([SystemMessage("You review CVs for a backend role."),
+                               HumanMessage(f"CV: {state['cv']}")], temperature=0.0)
+        return {"review": answer.content}
+
+    def chair(state: State) -> dict:
+        return {"decision": model.invoke([HumanMessage(f"Review: {state['review']}")]).content}
+
+    builder = StateGraph(State)
+    builder.add_node("reviewer", reviewer)
+    builder.add_node("chair", chair)
+    builder.add_edge(START, "reviewer")
+    builder.add_edge("reviewer", "chair")
+    builder.add_edge("chair", END)
+    return builder.compile()
+
+
+@pytest.fixture
+def traced(tmp_path):
+    """The app run on every item under the SDK and the OpenInference instrumentor; its spans
+    written by the SDK's console exporter to a file, and as OTLP JSON (the SDK's protobuf
+    encoding in its JSON mapping, one export request per line)."""
+    from google.protobuf.json_format import MessageToDict
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    console = io.StringIO()
+    memory = InMemorySpanExporter()
+    provider = otel_sdk.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=console)))
+    instrumentor = LangChainInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        app = hiring_app()
+        finals = [app.invoke(item) for item in ITEMS]
+    finally:
+        instrumentor.uninstrument()
+    provider.shutdown()
+    otlp = tmp_path / "spans.otlp.jsonl"
+    otlp.write_text(json.dumps(MessageToDict(encode_spans(memory.get_finished_spans()))) + "\n")
+    text = tmp_path / "spans.console.json"
+    text.write_text(console.getvalue())
+    return {"otlp": otlp, "console": text, "finals": finals}
+
+
+@pytest.mark.parametrize("kind", ["otlp", "console"])
+def test_real_exporter_output_reads_as_typed_traces(traced, kind):
+    found = read_trace_file(traced[kind])
+    assert found.format == {"otlp": "otlp-json", "console": "otel-console"}[kind]
+    assert [t.item for t in found.traces] == ITEMS
+    assert [t.output for t in found.traces] == traced["finals"]
+    first = found.traces[0]
+    assert [c.node for c in first.calls] == ["reviewer", "chair"]
+    assert first.calls[0].messages == [
+        {"role": "system", "content": "You review CVs for a backend role."},
+        {"role": "user", "content": "CV: Ten years of Python, led a team of five."}]
+    assert first.calls[0].params["temperature"] == 0.0
+    assert [c.answer for c in first.calls] == ["Strong: long experience and leadership.", "hire"]
+    assert (first.calls[0].input_tokens, first.calls[0].output_tokens) == (23, 9)
+    # the scripted model has no model name: a gap, counted, never made up
+    assert found.gaps == {"model": 8}
+    assert all(c.model == "" for t in found.traces for c in t.calls)
+
+
+def test_imported_run_reports_and_is_judged_per_group_without_the_app(traced, tmp_path, capsys):
+    run = tmp_path / "imported"
+    code, out, err = cli(capsys, "import", "traces", traced["otlp"], "--out", run, "--group",
+                         "gender", "--outcome", "decision")
+    assert code == 0, err
+    assert "imported 4 traces (otlp-json) with 8 model calls of nodes reviewer, chair" in out
+    assert "gap: 8 x model: a model call names no model" in out
+    store = RunStore(run, readonly=True)
+    try:
+        calls = store.calls()
+        outputs = {cid: v for cid, _, _, v in store.iter_outputs(node="app")}
+        counts = store.counts()
+    finally:
+        store.close()
+    assert list(calls.groupby("cell_id").size()) == [2, 2, 2, 2]
+    assert counts["cache_hits"] == 8 and counts["tokens_paid"] == 0
+    assert calls["input_tokens"].tolist()[:2] == [23, 13]
+    decisions = {v["outcome"]["unit"]: (v["outcome"]["gender"], v["outcome"]["decision"])
+                 for v in outputs.values()}
+    assert decisions == {"a1": ("female", "hire"), "a2": ("female", "reject"),
+                         "a3": ("male", "hire"), "a4": ("male", "reject")}
+
+    code, out, err = cli(capsys, "report", run)
+    assert code == 0, err
+    assert (run / "tables" / "calls_by_node.csv").is_file()
+    by_node = pd.read_csv(run / "tables" / "calls_by_node.csv")
+    assert set(by_node["node"]) == {"reviewer", "chair"}
+
+    register_scripted("traces-judge", lambda: ScriptedChatModel(rules=[
+        Rule("Strong", '{"label": "favors_male", "justification": "x"}'),
+        Rule("Weak", '{"label": "neutral", "justification": "plain"}')]))
+    code, out, err = cli(capsys, "replay", run, "--mode", "rescore", "--judge-node", "reviewer",
+                         "--judge-prompt", "evaluators/group_tilt", "--judges",
+                         "scripted:traces-judge")
+    assert code == 0, err
+    # two distinct reviewer answers among four: two judge calls, the app never called
+    assert "judged 4 recorded 'reviewer' answers with 1 judge(s) x 1: 2 judge calls, 0 target " \
+        "calls" in out
+    scores = pd.read_csv(run / "evals" / "judge" / "scores.csv")
+    assert dict(zip(scores["cell_id"].str.split("/").str[1], scores["label"])) == {
+        "a1": "favors_male", "a2": "neutral", "a3": "favors_male", "a4": "neutral"}
+    by_group = pd.read_csv(run / "evals" / "judge" / "scores_by_group.csv")
+    assert {(r.group, r.label): r.answers for r in by_group.itertuples()} == {
+        ("female", "favors_male"): 1, ("female", "neutral"): 1,
+        ("male", "favors_male"): 1, ("male", "neutral"): 1}
+
+    for extra in (["strict"], ["counterfactual", "--node", "chair", "--model", "scripted:x"]):
+        code, _, err = cli(capsys, "replay", run, "--mode", *extra, "--quiet")
+        assert one_line_error(code, err) and "no app to run again" in err, err
+
+
+def langsmith_export(path: Path) -> None:
+    """Two traces of the hiring app as LangSmith's API returns runs (its `Run` schema): a root
+    chain, a chain per node, an LLM run per model call with LangGraph's metadata."""
+    from langsmith.schemas import Run
+
+    start = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    runs = []
+    for k, (item, review, decision) in enumerate([
+            (ITEMS[0], "Strong: long experience and leadership.", "hire"),
+            (ITEMS[3], "Weak: little experience.", "reject")]):
+        trace = uuid.uuid4()
+        t = start + timedelta(minutes=k)
+        root = dict(id=trace, trace_id=trace, name="LangGraph", run_type="chain", start_time=t,
+                    inputs=item, outputs={**item, "review": review, "decision": decision})
+        runs.append(Run(**root))
+        for step, (node, messages, answer) in enumerate([
+                ("reviewer", [{"type": "system", "content": "You review CVs."},
+                              {"type": "human", "content": f"CV: {item['cv']}"}], review),
+                ("chair", [{"type": "human", "content": f"Review: {review}"}], decision)]):
+            chain = uuid.uuid4()
+            when = t + timedelta(seconds=step * 2 + 1)
+            runs.append(Run(id=chain, trace_id=trace, parent_run_id=trace, name=node,
+                            run_type="chain", start_time=when, inputs={}, outputs={},
+                            extra={"metadata": {"langgraph_node": node}}))
+            runs.append(Run(
+                id=uuid.uuid4(), trace_id=trace, parent_run_id=chain, name="ChatOpenAI",
+                run_type="llm", start_time=when + timedelta(milliseconds=5),
+                inputs={"messages": [messages]},
+                outputs={"generations": [[{"text": answer, "message": {
+                    "lc": 1, "type": "constructor",
+                    "id": ["langchain", "schema", "messages", "AIMessage"],
+                    "kwargs": {"content": answer, "type": "ai"}}}]],
+                    "llm_output": {"token_usage": {"prompt_tokens": 20,
+                                                   "completion_tokens": 3}}},
+                extra={"metadata": {"langgraph_node": node, "ls_model_name": "gpt-4o-mini"},
+                       "invocation_params": {"model": "gpt-4o-mini", "temperature": 0.0,
+                                             "_type": "openai-chat"}}))
+    path.write_text("\n".join(r.model_dump_json() for r in runs) + "\n")
+
+
+def test_langsmith_export_imports_with_models_and_tokens(tmp_path, capsys):
+    path = tmp_path / "runs.jsonl"
+    langsmith_export(path)
+    found = read_trace_file(path)
+    assert found.format == "langsmith" and found.gaps == {}
+    assert [t.item["id"] for t in found.traces] == ["a1", "a4"]
+    call = found.traces[1].calls[0]
+    assert (call.node, call.model, call.params, call.input_tokens, call.output_tokens) == (
+        "reviewer", "gpt-4o-mini", {"model": "gpt-4o-mini", "temperature": 0.0}, 20, 3)
+    assert call.messages[1] == {"role": "user", "content": "CV: One year of Java."}
+    assert found.traces[0].calls[1].answer == "hire"
+    run = tmp_path / "ls-run"
+    code, out, err = cli(capsys, "import", "traces", path, "--out", run, "--group", "gender",
+                         "--outcome", "decision")
+    assert code == 0 and "imported 2 traces (langsmith) with 4 model calls" in out, err
+    assert "gap:" not in out
+    store = RunStore(run, readonly=True)
+    try:
+        assert sorted(c.cell_id.split("/")[1] for c in store.iter_calls()) == ["a1"] * 2 + \
+            ["a4"] * 2
+        assert {c.model["model"] for c in store.iter_calls()} == {"gpt-4o-mini"}
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("content, says", [
+    ('{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "x"', "not JSON"),
+    ('{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "x"}]}]}]}', "damaged OTLP JSON"),
+    ('{"rows": [1, 2]}\n', "no trace file biaslab reads"),
+    ('', "is empty"),
+    ('[{"id": "r1", "run_type": 3}]', "damaged LangSmith run"),
+])
+def test_damaged_and_foreign_files_exit_2_and_write_nothing(tmp_path, capsys, content, says):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    code, out, err = cli(capsys, "import", "traces", path, "--out", tmp_path / "run")
+    assert one_line_error(code, err) and says in err, err
+    assert not (tmp_path / "run").exists() and not any(tmp_path.glob(".run*"))
+
+
+def test_a_group_key_no_item_has_is_refused(traced, tmp_path, capsys):
+    code, _, err = cli(capsys, "import", "traces", traced["console"], "--out", tmp_path / "r",
+                       "--group", "sex")
+    assert one_line_error(code, err) and "no trace's input has the key 'sex'" in err, err
+    assert not (tmp_path / "r").exists()
