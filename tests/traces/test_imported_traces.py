@@ -260,3 +260,60 @@ def test_a_group_key_no_item_has_is_refused(traced, tmp_path, capsys):
                        "--group", "sex")
     assert one_line_error(code, err) and "no trace's input has the key 'sex'" in err, err
     assert not (tmp_path / "r").exists()
+
+
+def _kv(key, value):
+    kind = {str: "stringValue", int: "intValue", float: "doubleValue", bool: "boolValue"}
+    return {"key": key, "value": {kind[type(value)]: str(value) if type(value) is int
+                                  else value}}
+
+
+def test_genai_semantic_conventions_in_collector_otlp_json(tmp_path):
+    """Spans as the collector's file exporter writes them (hex ids, int64 as strings), with the
+    GenAI conventions: input/output messages as JSON, then the older indexed prompt/completion
+    attributes; the node read from the parent chain span's LangGraph metadata."""
+    trace_id, root, node, first, second = "5b8efff798038103d269b633813fc60c", \
+        "eee19b7ec3c1b174", "eee19b7ec3c1b175", "eee19b7ec3c1b176", "eee19b7ec3c1b177"
+    spans = [
+        {"traceId": trace_id, "spanId": root, "name": "graph", "startTimeUnixNano": "100",
+         "attributes": [_kv("input.value", json.dumps({"id": "u7", "cv": "x", "gender": "f"})),
+                        _kv("output.value", json.dumps({"decision": "hire"}))]},
+        {"traceId": trace_id, "spanId": node, "parentSpanId": root, "name": "screen",
+         "startTimeUnixNano": "110",
+         "attributes": [_kv("metadata", json.dumps({"langgraph_node": "screen"}))]},
+        {"traceId": trace_id, "spanId": first, "parentSpanId": node, "name": "chat gpt-4o",
+         "startTimeUnixNano": "120",
+         "attributes": [
+             _kv("gen_ai.operation.name", "chat"), _kv("gen_ai.request.model", "gpt-4o"),
+             _kv("gen_ai.request.temperature", 0.2), _kv("gen_ai.usage.input_tokens", 31),
+             _kv("gen_ai.usage.output_tokens", 4),
+             _kv("gen_ai.input.messages", json.dumps([
+                 {"role": "system", "parts": [{"type": "text", "content": "Screen CVs."}]},
+                 {"role": "user", "parts": [{"type": "text", "content": "CV: x"}]}])),
+             _kv("gen_ai.output.messages", json.dumps([
+                 {"role": "assistant", "parts": [{"type": "text", "content": "pass"}]}]))]},
+        {"traceId": trace_id, "spanId": second, "parentSpanId": root, "name": "chat",
+         "startTimeUnixNano": "130",
+         "attributes": [_kv("gen_ai.system", "openai"),
+                        _kv("gen_ai.prompt.0.role", "user"),
+                        _kv("gen_ai.prompt.0.content", "Decide: pass"),
+                        _kv("gen_ai.completion.0.role", "assistant"),
+                        _kv("gen_ai.completion.0.content", "hire")]}]
+    path = tmp_path / "collector.json"
+    path.write_text(json.dumps({"resourceSpans": [{"resource": {"attributes": []},
+                                                   "scopeSpans": [{"spans": spans}]}]}))
+    found = read_trace_file(path)
+    (trace,) = found.traces
+    assert trace.trace_id == trace_id and trace.item["id"] == "u7"
+    assert trace.output == {"decision": "hire"}
+    screen, decide = trace.calls
+    assert (screen.node, screen.model, screen.params, screen.input_tokens,
+            screen.output_tokens, screen.answer) == ("screen", "gpt-4o", {"temperature": 0.2},
+                                                     31, 4, "pass")
+    assert screen.messages == [{"role": "system", "content": "Screen CVs."},
+                               {"role": "user", "content": "CV: x"}]
+    assert (decide.node, decide.messages, decide.answer) == (
+        "unattributed", [{"role": "user", "content": "Decide: pass"}], "hire")
+    # the second call says nothing of its node, model, parameters or tokens: five gaps
+    assert found.gaps == {"node": 1, "model": 1, "params": 1, "input_tokens": 1,
+                          "output_tokens": 1}
