@@ -41,6 +41,7 @@ from biaslab.agents.context import CellContext
 from biaslab.agents.tool_answers import decode_answer, openai_tool_calls
 from biaslab.errors import ModelCallError
 from biaslab.prompts.exposure import apply_exposures
+from biaslab.traces.cache import CachedResponse
 from biaslab.traces.records import CallRecord
 
 __all__ = ["AppCalls", "intercepting", "to_openai_messages", "node_path", "APP_PROMPT",
@@ -73,6 +74,10 @@ class AppCalls:
     loop: asyncio.AbstractEventLoop
     prefix: str = ""
     nodes: dict[str, int] = field(default_factory=dict)
+    recorded: Any = None
+    """The answers the item's trace recorded (`biaslab.traces.imported.RecordedAnswers`),
+    when the audit's items come from a trace file: a call identical to a recorded one is
+    answered from it (`Gateway.seed`)."""
     _seen: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -170,6 +175,11 @@ async def _complete(calls: AppCalls, model: BaseChatModel, messages: list[BaseMe
     params.update(_request_args({**kwargs, "stop": stop}))
     request = json.dumps([sent, params], sort_keys=True, default=str)
     sample = calls.sample_of(node, request)
+    if calls.recorded is not None:
+        found = calls.recorded.answer(node, spec.label, sent, sample)
+        if found is not None:
+            ctx.gateway.seed(spec, sent, params, sample, CachedResponse(
+                found.answer, found.input_tokens or 0, found.output_tokens or 0))
     step = (metadata or {}).get("langgraph_step")
     record = CallRecord(cell_id=ctx.cell_id, node=node, item=f"step-{step}" if step else "",
                         sample=sample, seed=params["seed"], exposure_id=ctx.condition.id,

@@ -19,6 +19,7 @@ and beside the shared cache, so it is paid once; `report` and `replay` never rep
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import re
@@ -74,6 +75,10 @@ class AppOptions(BaseModel):
     """The item key naming the unit's group, for per-group effects."""
     directions: dict[str, dict[str, str]] = {}
     """The exposure template's slot values, per direction."""
+    traces_model_map: dict[str, str] = {}
+    """``[traces] model_map``: a recorded model name → the model (label) the run binds to
+    the node; where items come from a trace file, a call identical to a recorded call of a
+    mapped model is answered from the trace (docs/traces.md)."""
     recursion_limit: int = Field(default=100, ge=1, le=10_000)
     """LangGraph steps one item may take."""
     discovered: dict[str, Any] | None = None
@@ -104,10 +109,11 @@ def app_spec_options(data: Mapping[str, Any]) -> dict[str, Any]:
                "outcome_field": outcome.get("field"), "outcome_parse": outcome.get("parse"),
                "unit": outcome.get("unit"), "group": outcome.get("group"),
                "directions": data.get("directions") or {},
-               "recursion_limit": data.get("recursion_limit")}
+               "recursion_limit": data.get("recursion_limit"),
+               "traces_model_map": _traces_table(data.get("traces"))}
     rest = {k: v for k, v in data.items()
             if k not in ("app", "items", "outcome", "directions", "options", "protocol",
-                         "recursion_limit")}
+                         "recursion_limit", "traces")}
     # "each": every node that calls a model, alone (the core's "singletons")
     if isinstance(rest.get("conditions"), dict) and rest["conditions"].get("targets") == "each":
         rest["conditions"] = {**rest["conditions"], "targets": "singletons"}
@@ -116,6 +122,17 @@ def app_spec_options(data: Mapping[str, Any]) -> dict[str, Any]:
             rest["mitigations"] = {**rest["mitigations"], name: {**m, "targets": "singletons"}}
     return {**rest, "protocol": AppAudit.name,
             "options": {k: v for k, v in options.items() if v is not None}}
+
+
+def _traces_table(table: Any) -> dict[str, str] | None:
+    """``[traces] model_map = {"recorded name" = "model label"}``, checked."""
+    if table is None:
+        return None
+    if not isinstance(table, dict) or set(table) - {"model_map"} or not isinstance(
+            table.get("model_map", {}), dict):
+        raise UserError("[traces] takes one key, model_map = {\"<recorded model>\" = "
+                        "\"<model of the run>\"}")
+    return {str(k): str(v) for k, v in table.get("model_map", {}).items()}
 
 
 # -- loading the app and its items ----------------------------------------------------------------
@@ -226,7 +243,7 @@ def read_items(options: AppOptions) -> tuple[list[str], dict[str, dict]]:
     if key in _ITEMS:
         return _ITEMS[key]
     rows: list[tuple[int, dict]] = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(_trace_lines(path, text) or text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -259,6 +276,36 @@ def read_items(options: AppOptions) -> tuple[list[str], dict[str, dict]]:
         items[uid] = row
     _ITEMS[key] = (ids, items)
     return ids, items
+
+
+def _trace_lines(path: Path, text: str) -> list[str] | None:
+    """An items file that is a trace file (docs/traces.md): each trace's root input as one
+    JSON line (a trace whose input is no JSON object stays as its JSON, refused below)."""
+    from biaslab.traces.imported import looks_like_traces, read_trace_file
+
+    if not looks_like_traces(text):
+        return None
+    return [json.dumps(t.item) for t in read_trace_file(path).traces]
+
+
+def _recorded(options: AppOptions, item: str):
+    """The recorded answers of `item`'s trace (None unless the items are a trace file)."""
+    from biaslab.traces.imported import RecordedAnswers, looks_like_traces, read_trace_file
+
+    path = Path(options.items_file)
+    text = path.read_text(encoding="utf-8")
+    if not options.traces_model_map or not looks_like_traces(text):
+        return None
+    ids, _ = read_items(options)
+    traces = _read_traces(str(path), hashlib.sha256(text.encode()).hexdigest())
+    return RecordedAnswers(traces[ids.index(item)].calls, options.traces_model_map)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_traces(path: str, sha: str):
+    from biaslab.traces.imported import read_trace_file
+
+    return read_trace_file(path).traces
 
 
 # -- the outcome and the final state --------------------------------------------------------------
@@ -418,6 +465,7 @@ class AppAudit(Protocol):
         row = read_items(options)[1][item]
         calls = calls or AppCalls(ctx, asyncio.get_running_loop())
         calls.prefix = _namespace()
+        calls.recorded = _recorded(options, item)
         keys = _input_keys(app)  # the unit's id and group are biaslab's unless the app reads them
         state = {k: v for k, v in row.items() if keys is None or k in keys}
         # A thread of its own for an app compiled with a checkpointer (which needs one); the

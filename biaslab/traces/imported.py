@@ -27,7 +27,8 @@ from typing import Any, Iterator
 
 from biaslab.errors import UserError
 
-__all__ = ["TracedCall", "Trace", "ImportedTraces", "read_trace_file", "GAP_NAMES"]
+__all__ = ["TracedCall", "Trace", "ImportedTraces", "read_trace_file", "GAP_NAMES",
+           "UNATTRIBUTED", "looks_like_traces", "RecordedAnswers"]
 
 GAP_NAMES = {
     "root": "no root span/run in the trace (its input and output are unknown)",
@@ -611,3 +612,50 @@ def _from_runs(runs: list[dict], path: Path) -> ImportedTraces:
                             start=str(ordered[0].get("start_time") or "")))
     traces.sort(key=lambda t: (t.start, t.trace_id))
     return ImportedTraces("langsmith", traces, gaps)
+
+
+# -- a trace file as an app audit's items and recorded answers ----------------------------------
+
+
+def looks_like_traces(text: str) -> bool:
+    """Whether an items file's text is a trace file rather than JSON lines of input states:
+    its first JSON value is OTLP JSON, a console-exporter span or a LangSmith run (or a list
+    of runs)."""
+    try:
+        first, _ = json.JSONDecoder().raw_decode(text.lstrip())
+    except ValueError:
+        return False
+    if isinstance(first, list) and first:
+        first = first[0]
+    return _kind(first) is not None or (isinstance(first, dict)
+                                        and isinstance(first.get("runs"), list))
+
+
+class RecordedAnswers:
+    """The answers one trace recorded, looked up by what a new call sends.
+
+    A call is answered from the trace only where its node, its messages (byte for byte, as
+    canonical JSON) and its model (the recorded model name mapped by ``[traces] model_map`` to
+    the model the run binds to the node) are the recorded call's; the n-th identical request of
+    a node gets the n-th such recorded answer. Parameters are not compared: biaslab sends its
+    own seed and token cap, which no trace holds."""
+
+    def __init__(self, calls: tuple[TracedCall, ...], model_map: dict[str, str]):
+        self._answers: dict[tuple[str, str, str], list[TracedCall]] = {}
+        for call in calls:
+            mapped = model_map.get(call.model)
+            if mapped and call.answer is not None:
+                key = (call.node, mapped, _canonical_messages(call.messages))
+                self._answers.setdefault(key, []).append(call)
+
+    def __len__(self) -> int:
+        return sum(map(len, self._answers.values()))
+
+    def answer(self, node: str, model: str, messages: list[dict[str, Any]],
+               sample: int) -> TracedCall | None:
+        found = self._answers.get((node, model, _canonical_messages(messages)), [])
+        return found[sample] if sample < len(found) else None
+
+
+def _canonical_messages(messages: list[dict[str, Any]]) -> str:
+    return json.dumps(messages, sort_keys=True, ensure_ascii=False, separators=(",", ":"))

@@ -9,7 +9,6 @@ import json
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TypedDict
 
 import pandas as pd
 import pytest
@@ -18,6 +17,8 @@ from biaslab.agents.providers.scripted import Rule, ScriptedChatModel, register_
 from biaslab.cli import main
 from biaslab.traces.imported import read_trace_file
 from biaslab.traces.store import RunStore
+
+import traced_hiring_app
 
 otel_sdk = pytest.importorskip("opentelemetry.sdk.trace")
 pytest.importorskip("openinference.instrumentation.langchain")
@@ -36,42 +37,6 @@ def cli(capsys, *args):
 
 def one_line_error(code: int, err: str) -> bool:
     return code == 2 and err.count("\n") == 1 and err.startswith("biaslab: error:")
-
-
-def hiring_app():
-    """A two-node hiring app whose chat model answers by rules (no network): the reviewer
-    rates the CV, the chair decides from the review alone."""
-    from langchain_core.messages import HumanMessage, SystemMessage
-    from langgraph.graph import END, START, StateGraph
-
-    model = ScriptedChatModel(rules=[
-        Rule(r"led a team", "Strong: long experience and leadership."),
-        Rule(r"CV:", "Weak: little experience."),
-        Rule(r"Review: Strong", "hire"),
-        Rule(r"Review: Weak", "reject")])
-
-    class State(TypedDict, total=False):
-        id: str
-        cv: str
-        gender: str
-        review: str
-        decision: str
-
-    def reviewer(state: State) -> dict:
-        answer = model.invoke([SystemMessage("You review CVs for a backend role."),
-                               HumanMessage(f"CV: {state['cv']}")], temperature=0.0)
-        return {"review": answer.content}
-
-    def chair(state: State) -> dict:
-        return {"decision": model.invoke([HumanMessage(f"Review: {state['review']}")]).content}
-
-    builder = StateGraph(State)
-    builder.add_node("reviewer", reviewer)
-    builder.add_node("chair", chair)
-    builder.add_edge(START, "reviewer")
-    builder.add_edge("reviewer", "chair")
-    builder.add_edge("chair", END)
-    return builder.compile()
 
 
 @pytest.fixture
@@ -93,7 +58,7 @@ def traced(tmp_path):
     instrumentor = LangChainInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
-        app = hiring_app()
+        app = traced_hiring_app.build()
         finals = [app.invoke(item) for item in ITEMS]
     finally:
         instrumentor.uninstrument()
@@ -119,9 +84,8 @@ def test_real_exporter_output_reads_as_typed_traces(traced, kind):
     assert first.calls[0].params["temperature"] == 0.0
     assert [c.answer for c in first.calls] == ["Strong: long experience and leadership.", "hire"]
     assert (first.calls[0].input_tokens, first.calls[0].output_tokens) == (23, 9)
-    # the scripted model has no model name: a gap, counted, never made up
-    assert found.gaps == {"model": 8}
-    assert all(c.model == "" for t in found.traces for c in t.calls)
+    assert found.gaps == {}
+    assert {c.model for t in found.traces for c in t.calls} == {"hr-model-1"}
 
 
 def test_imported_run_reports_and_is_judged_per_group_without_the_app(traced, tmp_path, capsys):
@@ -130,7 +94,7 @@ def test_imported_run_reports_and_is_judged_per_group_without_the_app(traced, tm
                          "gender", "--outcome", "decision")
     assert code == 0, err
     assert "imported 4 traces (otlp-json) with 8 model calls of nodes reviewer, chair" in out
-    assert "gap: 8 x model: a model call names no model" in out
+    assert "gap:" not in out
     store = RunStore(run, readonly=True)
     try:
         calls = store.calls()
@@ -317,3 +281,62 @@ def test_genai_semantic_conventions_in_collector_otlp_json(tmp_path):
     # the second call says nothing of its node, model, parameters or tokens: five gaps
     assert found.gaps == {"node": 1, "model": 1, "params": 1, "input_tokens": 1,
                           "output_tokens": 1}
+
+
+def test_audit_on_traced_items_answers_the_clean_arm_from_the_trace(traced, tmp_path, capsys):
+    """The app audited with its trace file as items: every clean call is the recorded one
+    (same node, same messages, model mapped), so it is answered from the trace; the exposed
+    arm pays only the reviewer's changed calls, and the chair, asked what it was asked in the
+    trace, is answered from it too."""
+    import tomli_w
+
+    app = Path(traced_hiring_app.__file__)
+    spec = {"name": "traced-audit", "app": f"{app}:graph", "items": str(traced["otlp"]),
+            "plugins": [str(app)], "models": ["scripted:traced-hr"],
+            "traces": {"model_map": {"hr-model-1": "scripted:traced-hr"}},
+            "outcome": {"field": "decision", "group": "gender"},
+            "directions": {"pro_male": {"favored": "male applicants",
+                                        "other": "female applicants"}},
+            "conditions": {"targets": ["reviewer"]}}
+    path = tmp_path / "audit.toml"
+    path.write_text(tomli_w.dumps(spec))
+    run = tmp_path / "audit"
+    code, out, err = cli(capsys, "run", path, "--out", run, "--quiet")
+    assert code == 0, err
+    store = RunStore(run, readonly=True)
+    try:
+        calls = store.calls()
+    finally:
+        store.close()
+    clean = calls[calls["exposure_id"] == "none"]
+    exposed = calls[calls["exposure_id"] != "none"]
+    assert len(clean) == 8 and clean["cache_hit"].all()  # 0 paid calls in the clean arm
+    assert clean["raw"].tolist()[:2] == ["Strong: long experience and leadership.", "hire"]
+    paid = exposed[~exposed["cache_hit"]]
+    assert len(exposed) == 8 and set(paid["node"]) == {"reviewer"} and len(paid) == 4
+    code, out, err = cli(capsys, "report", run)
+    assert code == 0, err
+
+
+def test_without_a_model_map_nothing_is_answered_from_the_trace(traced, tmp_path, capsys):
+    import tomli_w
+
+    app = Path(traced_hiring_app.__file__)
+    spec = {"name": "traced-audit", "app": f"{app}:graph", "items": str(traced["console"]),
+            "plugins": [str(app)], "models": ["scripted:traced-hr"],
+            "outcome": {"field": "decision"}, "conditions": {"targets": ["reviewer"]},
+            "directions": {"pro_male": {"favored": "male applicants",
+                                        "other": "female applicants"}}}
+    path = tmp_path / "audit.toml"
+    path.write_text(tomli_w.dumps(spec))
+    code, out, err = cli(capsys, "run", path, "--out", tmp_path / "audit", "--quiet")
+    assert code == 0, err
+    store = RunStore(tmp_path / "audit", readonly=True)
+    try:
+        calls = store.calls()
+    finally:
+        store.close()
+    # the items are the traced inputs, but the clean arm is asked of the model again
+    assert sorted(calls["cell_id"].str.split("/").str[1].unique()) == ["a1", "a2", "a3", "a4"]
+    clean = calls[calls["exposure_id"] == "none"]
+    assert not clean["cache_hit"].all()
