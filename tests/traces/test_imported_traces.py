@@ -316,6 +316,32 @@ def test_audit_on_traced_items_answers_the_clean_arm_from_the_trace(traced, tmp_
     assert len(exposed) == 8 and set(paid["node"]) == {"reviewer"} and len(paid) == 4
     code, out, err = cli(capsys, "report", run)
     assert code == 0, err
+    check = pd.read_csv(run / "tables" / "trace_check.csv")
+    assert check["matches"].all() and check["unit"].tolist() == ["a1", "a2", "a3", "a4"]
+    assert check["paid_calls"].sum() == 0 and check["answered_from_trace"].sum() == 8
+
+
+def test_trace_check_reports_an_item_whose_app_changed(traced, tmp_path, capsys):
+    """The same audit after the chair's code changed: its clean arm no longer reproduces the
+    recorded decisions, and the check says so per item."""
+    import tomli_w
+
+    changed = tmp_path / "changed_app.py"
+    changed.write_text(Path(traced_hiring_app.__file__).read_text().replace(
+        '"decision": model.invoke', '"decision": "maybe: " + model.invoke'))
+    spec = {"name": "traced-audit", "app": f"{changed}:graph", "items": str(traced["otlp"]),
+            "plugins": [str(changed)], "models": ["scripted:traced-hr"],
+            "traces": {"model_map": {"hr-model-1": "scripted:traced-hr"}},
+            "outcome": {"field": "decision"}, "conditions": {"targets": ["reviewer"]},
+            "directions": {"pro_male": {"favored": "male applicants",
+                                        "other": "female applicants"}}}
+    path = tmp_path / "audit.toml"
+    path.write_text(tomli_w.dumps(spec))
+    run = tmp_path / "audit"
+    code, out, err = cli(capsys, "run", path, "--out", run, "--quiet")
+    assert code == 0, err
+    check = pd.read_csv(run / "tables" / "trace_check.csv")
+    assert not check["matches"].any() and set(check["differing_keys"]) == {"decision"}
 
 
 def test_without_a_model_map_nothing_is_answered_from_the_trace(traced, tmp_path, capsys):
