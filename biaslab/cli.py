@@ -427,7 +427,8 @@ def cmd_import_traces(args) -> int:
     from biaslab.experiments.import_traces import gap_lines, import_traces
 
     done = import_traces(args.file, args.out, group=args.group, unit=args.unit,
-                         outcome=args.outcome)
+                         outcome=args.outcome, since=args.since, until=args.until,
+                         tag=args.tag)
     print(f"imported {done.traces} traces ({done.format}) with {done.calls} model calls of "
           f"nodes {', '.join(done.nodes) or 'none'} into {done.out}")
     for line in gap_lines(done.gaps):
@@ -760,6 +761,9 @@ def build_parser() -> argparse.ArgumentParser:
     it.add_argument("--unit", help="the item key naming each trace's unit (default: id, else "
                     "the trace id)")
     it.add_argument("--outcome", help="a dotted path into the final output: the measure")
+    it.add_argument("--since", help="only traces that began at or after this ISO date/time")
+    it.add_argument("--until", help="only traces that began before this ISO date/time")
+    it.add_argument("--tag", help="only traces whose root carries this tag")
     it.set_defaults(func=cmd_import_traces)
 
     g = sub.add_parser("graph", help="print a protocol's Mermaid diagram")

@@ -27,7 +27,8 @@ from biaslab.experiments.spec import spec_from_dict
 from biaslab.graphs.imported_traces import IMPORTED_NODE, IMPORTED_PROTOCOL, RECORDED_MODEL
 from biaslab.graphs.registry import protocol_origin
 from biaslab.traces.cache import cache_key
-from biaslab.traces.imported import GAP_NAMES, ImportedTraces, Trace, read_trace_file
+from biaslab.traces.imported import (GAP_NAMES, ImportedTraces, Trace, read_trace_file,
+                                     select_traces)
 from biaslab.traces.records import SCHEMA_VERSION, CallRecord
 from biaslab.traces.store import RunStore
 
@@ -77,17 +78,20 @@ def _unit_ids(traces: list[Trace], unit: str | None) -> list[str]:
 
 
 def import_traces(path: str | Path, out: str | Path, *, group: str | None = None,
-                  unit: str | None = None, outcome: str | None = None) -> ImportResult:
+                  unit: str | None = None, outcome: str | None = None,
+                  since: str | None = None, until: str | None = None,
+                  tag: str | None = None) -> ImportResult:
     """Write the traces of `path` as a run in `out` (which must not exist yet).
 
     Raises:
         UserError: an unreadable, damaged or foreign file; `out` already exists; an item key
-            named by `group` or `unit` that some trace lacks.
+            named by `group` or `unit` that some trace lacks; a filter (`since`, `until`,
+            `tag`) that keeps no trace.
     """
     out = Path(out)
     if out.exists():
         raise UserError(f"{out} already exists; choose another --out")
-    found = read_trace_file(path)
+    found = select_traces(read_trace_file(path), since=since, until=until, tag=tag)
     ids = _unit_ids(found.traces, unit)
     if group and not any(t.item and group in t.item for t in found.traces):
         raise UserError(f"--group {group}: no trace's input has the key '{group}' "
@@ -98,6 +102,8 @@ def import_traces(path: str | Path, out: str | Path, *, group: str | None = None
         "models": [RECORDED_MODEL], "conditions": {"targets": []},
         "options": {"source": str(path), "format": found.format, "items": ids,
                     "nodes": nodes, "group": group, "outcome": outcome,
+                    "selected": {k: v for k, v in (("since", since), ("until", until),
+                                                   ("tag", tag)) if v is not None},
                     "gaps": dict(sorted(found.gaps.items()))}}, where=str(path))
     plan = make_plan(spec)
     tmp = out.with_name(f".{out.name}.importing")

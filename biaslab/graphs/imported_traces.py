@@ -53,6 +53,8 @@ class ImportedOptions(BaseModel):
     """The item key naming the unit's group (``--group``)."""
     outcome: str | None = None
     """The dotted path of the final output read as the measure (``--outcome``)."""
+    selected: dict[str, str] = {}
+    """The import's filters (``--since``, ``--until``, ``--tag``) that chose the traces."""
     gaps: dict[str, int] = {}
     """What the file lacked, counted by name (see `biaslab.traces.imported.GAP_NAMES`)."""
 

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
 from biaslab.errors import UserError
 
 __all__ = ["TracedCall", "Trace", "ImportedTraces", "read_trace_file", "GAP_NAMES",
-           "UNATTRIBUTED", "looks_like_traces", "RecordedAnswers"]
+           "UNATTRIBUTED", "looks_like_traces", "RecordedAnswers", "select_traces",
+           "parse_when"]
 
 GAP_NAMES = {
     "root": "no root span/run in the trace (its input and output are unknown)",
@@ -75,6 +77,13 @@ class Trace:
     output: Any
     calls: tuple[TracedCall, ...]
     start: str = ""
+    tags: tuple[str, ...] = ()
+    """The root's tags (OpenInference's ``tag.tags``, LangSmith's ``tags``)."""
+
+    @property
+    def started(self) -> datetime | None:
+        """When the trace began (UTC), read from its recorded start; None when unknown."""
+        return _when(self.start)
 
 
 @dataclass
@@ -449,8 +458,10 @@ def _from_spans(spans: list[_Span], fmt: str) -> ImportedTraces:
             output = _json_or(root.attributes.get("output.value"))
             if output is None:
                 gaps["output"] += 1
+        tags = true_roots[0].attributes.get("tag.tags") if true_roots else None
         traces.append(Trace(trace_id=_hex_id(trace_id), item=item, output=output, calls=calls,
-                            start=roots[0].start if roots else ""))
+                            start=roots[0].start if roots else "",
+                            tags=tuple(map(str, tags)) if isinstance(tags, list) else ()))
     traces.sort(key=lambda t: (t.start, t.trace_id))
     return ImportedTraces(fmt, traces, gaps)
 
@@ -608,8 +619,10 @@ def _from_runs(runs: list[dict], path: Path) -> ImportedTraces:
             output = roots[0].get("outputs")
             if output is None:
                 gaps["output"] += 1
+        tags = roots[0].get("tags") if roots else None
         traces.append(Trace(trace_id=trace_id, item=item, output=output, calls=calls,
-                            start=str(ordered[0].get("start_time") or "")))
+                            start=str(ordered[0].get("start_time") or ""),
+                            tags=tuple(map(str, tags)) if isinstance(tags, list) else ()))
     traces.sort(key=lambda t: (t.start, t.trace_id))
     return ImportedTraces("langsmith", traces, gaps)
 
@@ -659,3 +672,55 @@ class RecordedAnswers:
 
 def _canonical_messages(messages: list[dict[str, Any]]) -> str:
     return json.dumps(messages, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+# -- choosing traces: a date range, a tag ---------------------------------------------------------
+
+
+def _when(start: str) -> datetime | None:
+    """A recorded start as UTC: OTLP's nanoseconds since the epoch, or an ISO timestamp."""
+    text = start.strip()
+    if text.isdigit():
+        return datetime.fromtimestamp(int(text) / 1e9, tz=timezone.utc) if int(text) else None
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def parse_when(text: str, what: str) -> datetime:
+    """A user's date or timestamp (ISO 8601; UTC unless it says otherwise)."""
+    when = _when(str(text)) if not str(text).strip().isdigit() else None
+    if when is None:
+        raise UserError(f"{what} '{text}' is no ISO date or timestamp (e.g. 2026-12-01 or "
+                        "2026-12-01T08:00:00Z)")
+    return when
+
+
+def select_traces(found: ImportedTraces, *, since: str | None = None,
+                  until: str | None = None, tag: str | None = None) -> ImportedTraces:
+    """The traces that began in [`since`, `until`) and carry `tag`; the gaps stay those of
+    the whole file. A date filter over a trace without a start time is refused, never
+    guessed.
+
+    Raises:
+        UserError: a date that does not parse, a trace without a start under a date filter,
+            or no trace left.
+    """
+    if since is None and until is None and tag is None:
+        return found
+    low = parse_when(since, "since") if since is not None else None
+    high = parse_when(until, "until") if until is not None else None
+    if low is not None or high is not None:
+        undated = [t for t in found.traces if t.started is None]
+        if undated:
+            raise UserError(f"{len(undated)} trace(s) carry no start time (first: "
+                            f"{undated[0].trace_id}); a date range cannot place them")
+    kept = [t for t in found.traces
+            if (low is None or t.started >= low) and (high is None or t.started < high)
+            and (tag is None or tag in t.tags)]
+    if not kept:
+        raise UserError(f"no trace of {len(found.traces)} began in the range "
+                        f"[{since or '...'}, {until or '...'}) with tag {tag or '(any)'}")
+    return replace(found, traces=kept)

@@ -366,3 +366,53 @@ def test_without_a_model_map_nothing_is_answered_from_the_trace(traced, tmp_path
     assert sorted(calls["cell_id"].str.split("/").str[1].unique()) == ["a1", "a2", "a3", "a4"]
     clean = calls[calls["exposure_id"] == "none"]
     assert not clean["cache_hit"].all()
+
+
+def test_a_date_range_and_a_tag_choose_the_traces(tmp_path, capsys):
+    """LangSmith traces a minute apart, one tagged: --since/--until and --tag pick them, and
+    a range that keeps none or does not parse exits 2 with nothing written."""
+    path = tmp_path / "runs.json"
+    langsmith_export(path)
+    runs = [json.loads(line) for line in path.read_text().splitlines()]
+    for run in runs:
+        if run["id"] == run["trace_id"] and run["inputs"]["id"] == "a4":
+            run["tags"] = ["production"]
+    path.write_text(json.dumps(runs))
+    found = read_trace_file(path)
+    assert [t.tags for t in found.traces] == [(), ("production",)]
+    code, out, err = cli(capsys, "import", "traces", path, "--out", tmp_path / "late",
+                         "--since", "2026-12-01T00:00:30Z")
+    assert code == 0 and "imported 1 traces" in out, err
+    code, out, err = cli(capsys, "import", "traces", path, "--out", tmp_path / "early",
+                         "--until", "2026-12-01T00:00:30Z")
+    assert code == 0 and "imported 1 traces" in out, err
+    store = RunStore(tmp_path / "early", readonly=True)
+    try:
+        assert list(store.cells()["item"]) == ["a1"]
+    finally:
+        store.close()
+    code, out, err = cli(capsys, "import", "traces", path, "--out", tmp_path / "tagged",
+                         "--tag", "production")
+    assert code == 0 and "imported 1 traces" in out, err
+    for args, says in ((["--since", "2027-01-01"], "no trace of 2 began"),
+                       (["--until", "yesterday"], "no ISO date")):
+        code, _, err = cli(capsys, "import", "traces", path, "--out", tmp_path / "none", *args)
+        assert one_line_error(code, err) and says in err, err
+        assert not (tmp_path / "none").exists()
+
+
+def test_an_audit_takes_only_the_traces_its_filter_keeps(traced, tmp_path, capsys):
+    import tomli_w
+
+    app = Path(traced_hiring_app.__file__)
+    spec = {"name": "traced-audit", "app": f"{app}:graph", "items": str(traced["otlp"]),
+            "plugins": [str(app)], "models": ["scripted:traced-hr"],
+            "traces": {"model_map": {"hr-model-1": "scripted:traced-hr"},
+                       "until": "2000-01-01"},
+            "outcome": {"field": "decision"}, "conditions": {"targets": ["reviewer"]},
+            "directions": {"pro_male": {"favored": "male applicants",
+                                        "other": "female applicants"}}}
+    path = tmp_path / "audit.toml"
+    path.write_text(tomli_w.dumps(spec))
+    code, _, err = cli(capsys, "run", path, "--out", tmp_path / "audit", "--quiet")
+    assert one_line_error(code, err) and "no trace of 4 began" in err, err

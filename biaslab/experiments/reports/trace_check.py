@@ -35,7 +35,7 @@ def _differing(recorded: Any, final: Any) -> list[str]:
 def trace_check(store, options) -> pd.DataFrame | None:
     """One row per clean cell of an audit whose items are a trace file (None otherwise)."""
     from biaslab.graphs.app_audit import read_items
-    from biaslab.traces.imported import looks_like_traces, read_trace_file
+    from biaslab.traces.imported import looks_like_traces, read_trace_file, select_traces
 
     path = Path(getattr(options, "items_file", "") or "")
     try:
@@ -44,7 +44,8 @@ def trace_check(store, options) -> pd.DataFrame | None:
     except (OSError, UnicodeDecodeError):
         return None
     ids, _ = read_items(options)
-    traces = dict(zip(ids, read_trace_file(path).traces))
+    kept = select_traces(read_trace_file(path), **getattr(options, "traces_filter", {}))
+    traces = dict(zip(ids, kept.traces))
     calls = store.calls_frame()
     by_cell = calls.groupby("cell_id")["cache_hit"].agg(["sum", "count"])
     rows = []
