@@ -20,6 +20,7 @@ that is not one of these formats, or is damaged, raises `UserError` naming the f
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -371,10 +372,16 @@ def _genai_call(span: _Span) -> tuple[list, str | None]:
     return messages, answer
 
 
+_SECRET = re.compile(r"(?i)(api[_-]?key|secret|password|passwd|authori[sz]ation|bearer|"
+                     r"access[_-]?token|credential)")
+
+
 def _sampling(params: dict[str, Any]) -> dict[str, Any]:
-    """Invocation parameters without LangChain's class tag (``_type``) and unset (None)
-    values: what was sent, not how the client was built."""
-    return {k: v for k, v in params.items() if k != "_type" and v is not None}
+    """Invocation parameters without LangChain's class tag (``_type``), unset (None) values
+    and anything named like a credential (an API key, a token): what was sent, not how the
+    client was built, and never a secret in a run."""
+    return {k: v for k, v in params.items()
+            if k != "_type" and v is not None and not _SECRET.search(k)}
 
 
 def _int(value: Any) -> int | None:

@@ -175,7 +175,8 @@ def langsmith_export(path: Path) -> None:
                                                    "completion_tokens": 3}}},
                 extra={"metadata": {"langgraph_node": node, "ls_model_name": "gpt-4o-mini"},
                        "invocation_params": {"model": "gpt-4o-mini", "temperature": 0.0,
-                                             "_type": "openai-chat"}}))
+                                             "_type": "openai-chat",
+                                             "openai_api_key": "sk-live-123"}}))
     path.write_text("\n".join(r.model_dump_json() for r in runs) + "\n")
 
 
@@ -190,6 +191,7 @@ def test_langsmith_export_imports_with_models_and_tokens(tmp_path, capsys):
         "reviewer", "gpt-4o-mini", {"model": "gpt-4o-mini", "temperature": 0.0}, 20, 3)
     assert call.messages[1] == {"role": "user", "content": "CV: One year of Java."}
     assert found.traces[0].calls[1].answer == "hire"
+    assert "sk-live-123" not in json.dumps([c.params for t in found.traces for c in t.calls])
     run = tmp_path / "ls-run"
     code, out, err = cli(capsys, "import", "traces", path, "--out", run, "--group", "gender",
                          "--outcome", "decision")
@@ -202,6 +204,7 @@ def test_langsmith_export_imports_with_models_and_tokens(tmp_path, capsys):
         assert {c.model["model"] for c in store.iter_calls()} == {"gpt-4o-mini"}
     finally:
         store.close()
+    assert not [f for f in run.rglob("*") if f.is_file() and b"sk-live-123" in f.read_bytes()]
 
 
 @pytest.mark.parametrize("content, says", [
