@@ -169,8 +169,8 @@ def _kind(doc: Any) -> str | None:
         return "otlp"
     if isinstance(doc.get("context"), dict) and "name" in doc and "attributes" in doc:
         return "console"
-    if "run_type" in doc and "id" in doc:
-        return "langsmith"
+    if "run_type" in doc and "id" in doc and ("start_time" in doc or "trace_id" in doc):
+        return "langsmith"  # (an app's input state may well have an id and a run_type)
     return None
 
 
@@ -229,8 +229,9 @@ def _otlp_spans(doc: dict, path: Path) -> list[_Span]:
                         events=[(str(e.get("name", "")), _attributes(e.get("attributes", [])))
                                 for e in s.get("events", [])]))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise UserError(f"{path}: damaged OTLP JSON (a span lacks or mangles "
-                        f"{exc if isinstance(exc, KeyError) else 'its fields'}: {exc})") from None
+        what = f"lacks {exc}" if isinstance(exc, KeyError) else \
+            f"has a malformed field: {type(exc).__name__}: {exc}"
+        raise UserError(f"{path}: damaged OTLP JSON (a span {what})") from None
     return spans
 
 

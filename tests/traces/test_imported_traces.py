@@ -212,7 +212,8 @@ def test_langsmith_export_imports_with_models_and_tokens(tmp_path, capsys):
     ('{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "x"}]}]}]}', "damaged OTLP JSON"),
     ('{"rows": [1, 2]}\n', "no trace file biaslab reads"),
     ('', "is empty"),
-    ('[{"id": "r1", "run_type": 3}]', "damaged LangSmith run"),
+    ('[{"id": "r1", "trace_id": "t1", "run_type": 3}]', "damaged LangSmith run"),
+    ('{"id": "r1", "run_type": "llm"}', "no trace file biaslab reads"),
 ])
 def test_damaged_and_foreign_files_exit_2_and_write_nothing(tmp_path, capsys, content, says):
     path = tmp_path / "bad.json"
