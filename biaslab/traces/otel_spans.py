@@ -16,11 +16,13 @@ from biaslab.traces.trace_model import (UNATTRIBUTED, ImportedTraces, Trace, Tra
                                         as_int, counted, item_of, json_or, role_of,
                                         sampling_params, text_of_parts)
 
-__all__ = ["otlp_spans", "console_span", "traces_of_spans"]
+__all__ = ["Span", "otlp_spans", "console_span", "traces_of_spans"]
 
 
 @dataclass
-class _Span:
+class Span:
+    """One span as read, whichever exporter wrote it: ids, name, start, attributes, events."""
+
     trace_id: str
     span_id: str
     parent_id: str
@@ -57,13 +59,13 @@ def _attributes(pairs: Any) -> dict[str, Any]:
     return {p["key"]: _any_value(p.get("value")) for p in pairs}
 
 
-def otlp_spans(doc: dict, path: Path) -> list[_Span]:
+def otlp_spans(doc: dict, path: Path) -> list[Span]:
     spans = []
     try:
         for rs in doc["resourceSpans"]:
             for ss in rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", [])):
                 for s in ss.get("spans", []):
-                    spans.append(_Span(
+                    spans.append(Span(
                         trace_id=str(s["traceId"]), span_id=str(s["spanId"]),
                         parent_id=str(s.get("parentSpanId") or ""), name=str(s.get("name", "")),
                         start=str(s.get("startTimeUnixNano", "")).rjust(24, "0"),
@@ -77,10 +79,10 @@ def otlp_spans(doc: dict, path: Path) -> list[_Span]:
     return spans
 
 
-def console_span(doc: dict, path: Path) -> _Span:
+def console_span(doc: dict, path: Path) -> Span:
     try:
         ctx = doc["context"]
-        return _Span(trace_id=str(ctx["trace_id"]), span_id=str(ctx["span_id"]),
+        return Span(trace_id=str(ctx["trace_id"]), span_id=str(ctx["span_id"]),
                      parent_id=str(doc.get("parent_id") or ""), name=str(doc["name"]),
                      start=str(doc.get("start_time") or ""),
                      attributes=_attributes(doc.get("attributes") or {}),
@@ -91,7 +93,7 @@ def console_span(doc: dict, path: Path) -> _Span:
                         f"{exc})") from None
 
 
-def _is_llm(span: _Span) -> bool:
+def _is_llm(span: Span) -> bool:
     a = span.attributes
     kind = a.get("openinference.span.kind")
     if kind is not None:
@@ -100,12 +102,12 @@ def _is_llm(span: _Span) -> bool:
         "gen_ai.request.model" in a or "gen_ai.operation.name" in a or "gen_ai.system" in a)
 
 
-def _metadata(span: _Span) -> dict[str, Any]:
+def _metadata(span: Span) -> dict[str, Any]:
     meta = json_or(span.attributes.get("metadata"))
     return meta if isinstance(meta, dict) else {}
 
 
-def _span_node(span: _Span, by_id: dict[str, _Span]) -> str | None:
+def _span_node(span: Span, by_id: dict[str, Span]) -> str | None:
     seen = 0
     while span is not None and seen < 1000:
         node = _metadata(span).get("langgraph_node") or span.attributes.get(
@@ -154,7 +156,7 @@ def _genai_messages(value: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _genai_call(span: _Span) -> tuple[list, str | None]:
+def _genai_call(span: Span) -> tuple[list, str | None]:
     """Messages and answer from the GenAI conventions: ``gen_ai.input.messages`` /
     ``gen_ai.output.messages``, ``gen_ai.prompt.N.*`` / ``gen_ai.completion.N.*``, or the
     ``gen_ai.content.prompt``/``completion`` events and ``gen_ai.{system,user,...}.message``
@@ -188,7 +190,7 @@ def _genai_call(span: _Span) -> tuple[list, str | None]:
     return messages, answer
 
 
-def _span_call(span: _Span, by_id: dict[str, _Span], gaps: Counter) -> TracedCall:
+def _span_call(span: Span, by_id: dict[str, Span], gaps: Counter) -> TracedCall:
     a = span.attributes
     messages = _oi_messages(a, "llm.input_messages")
     outputs = _oi_messages(a, "llm.output_messages")
@@ -219,9 +221,9 @@ def _span_call(span: _Span, by_id: dict[str, _Span], gaps: Counter) -> TracedCal
                     no_node=node is None, no_params=not recorded_params)
 
 
-def traces_of_spans(spans: list[_Span], fmt: str) -> ImportedTraces:
+def traces_of_spans(spans: list[Span], fmt: str) -> ImportedTraces:
     gaps: Counter = Counter()
-    by_trace: dict[str, list[_Span]] = {}
+    by_trace: dict[str, list[Span]] = {}
     for span in spans:
         by_trace.setdefault(span.trace_id, []).append(span)
     traces = []
