@@ -174,7 +174,11 @@ def refuse_rerun(run_dir: str | Path, mode: str) -> None:
         return  # (the replay itself says what is wrong with the directory)
     from biaslab.experiments.spec import read_toml
 
-    if read_toml(spec, "run spec").get("protocol") == IMPORTED_PROTOCOL:
+    try:
+        protocol = read_toml(spec, "run spec").get("protocol")
+    except UserError:
+        return  # (a damaged spec.toml: the replay says so in its own words)
+    if protocol == IMPORTED_PROTOCOL:
         raise UserError(f"{run_dir} was imported from a trace file and has no app to run again "
                         f"(--mode {mode}); report it, or judge a node with --mode rescore "
                         "--judge-node NODE; to replay the app, audit it (docs/audit.md)")
