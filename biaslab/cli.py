@@ -294,6 +294,9 @@ def cmd_replay(args) -> int:
         if args.sensitivity:
             return _judge_sensitivity(args)
         return 0
+    from biaslab.experiments.import_traces import refuse_rerun
+
+    refuse_rerun(args.run_dir, args.mode)
     out = Path(args.out) if args.out else Path(f"{args.run_dir.rstrip('/')}-{args.mode}")
     from biaslab.experiments.interrupts import CtrlC
 
@@ -418,6 +421,19 @@ def cmd_biaslens_released(args) -> int:
     counts, _ = released.score_release(args.root, args.model, args.condition, args.out,
                                        args.bank)
     print(released.totals(counts).to_string(index=False))
+    return 0
+
+
+def cmd_import_traces(args) -> int:
+    from biaslab.experiments.import_traces import gap_lines, import_traces
+
+    done = import_traces(args.file, args.out, group=args.group, unit=args.unit,
+                         outcome=args.outcome, since=args.since, until=args.until,
+                         tag=args.tag)
+    print(f"imported {done.traces} traces ({done.format}) with {done.calls} model calls of "
+          f"nodes {', '.join(done.nodes) or 'none'} into {done.out}")
+    for line in gap_lines(done.gaps):
+        print(f"gap: {line}")
     return 0
 
 
@@ -741,6 +757,21 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--bank", help="the question bank the answers belong to (default: the "
                     "shipped BiasLens bank)")
     bl.set_defaults(func=cmd_biaslens_released)
+
+    im = sub.add_parser("import", help="read recorded traffic into a run")
+    im_sub = im.add_subparsers(dest="what", required=True)
+    it = im_sub.add_parser("traces", help="OTLP JSON spans or LangSmith runs as a run whose "
+                           "cells are the traced conversations (see docs/traces.md)")
+    it.add_argument("file", help="an OTLP JSON, console-exporter or LangSmith run file")
+    it.add_argument("--out", required=True, help="the run directory to write (must not exist)")
+    it.add_argument("--group", help="the item key naming each trace's group")
+    it.add_argument("--unit", help="the item key naming each trace's unit (default: id, else "
+                    "the trace id)")
+    it.add_argument("--outcome", help="a dotted path into the final output: the measure")
+    it.add_argument("--since", help="only traces that began at or after this ISO date/time")
+    it.add_argument("--until", help="only traces that began before this ISO date/time")
+    it.add_argument("--tag", help="only traces whose root carries this tag")
+    it.set_defaults(func=cmd_import_traces)
 
     g = sub.add_parser("graph", help="print a protocol's Mermaid diagram")
     g.add_argument("protocol", help="a protocol name, or a spec file (.toml) naming one")

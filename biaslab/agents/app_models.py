@@ -46,6 +46,7 @@ from biaslab.agents.structured_output import openai_answer_fields, response_form
 from biaslab.agents.tool_answers import decode_answer, openai_tool_calls, refusal_of
 from biaslab.errors import ModelCallError
 from biaslab.prompts.exposure import apply_exposures
+from biaslab.traces.cache import CachedResponse
 from biaslab.traces.records import CallRecord
 
 __all__ = ["AppCalls", "AppAnswer", "answer_call", "active_calls", "intercepting",
@@ -78,6 +79,10 @@ class AppCalls:
     loop: asyncio.AbstractEventLoop
     prefix: str = ""
     nodes: dict[str, int] = field(default_factory=dict)
+    recorded: Any = None
+    """The answers the item's trace recorded (`biaslab.traces.imported.RecordedAnswers`),
+    when the audit's items come from a trace file: a call identical to a recorded one is
+    answered from it (`Gateway.seed`)."""
     _seen: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -186,6 +191,11 @@ async def answer_call(calls: AppCalls, node: str, step: Any, sent: list[dict[str
     params.update(request)
     request_text = json.dumps([sent, params], sort_keys=True, default=str)
     sample = calls.sample_of(node, request_text)
+    if calls.recorded is not None:  # an audit of traced items: the trace answers what it holds
+        found = calls.recorded.answer(node, spec.label, sent, sample)
+        if found is not None:
+            ctx.gateway.seed(spec, sent, params, sample, CachedResponse(
+                found.answer, found.input_tokens or 0, found.output_tokens or 0))
     record = CallRecord(cell_id=ctx.cell_id, node=node, item=f"step-{step}" if step else "",
                         sample=sample, seed=params["seed"], exposure_id=ctx.condition.id,
                         exposed=bool(exposures),

@@ -456,6 +456,20 @@ class Gateway:
         else:
             cache.put(key, response, model or {})
 
+    def seed(self, spec: ModelSpec, messages: list[dict[str, Any]], params: dict[str, Any],
+             sample: int, response: CachedResponse) -> bool:
+        """Put an answer recorded elsewhere (an app's trace, `biaslab.traces.imported`) under
+        this call's content address in the run's own cache, unless an answer is there already:
+        the call that follows is then a cache hit, paid by nobody. Returns whether it was put."""
+        if not self.caches:
+            return False
+        identity, _, identity_key = self._spec_facts(spec)
+        key = keyed_by(identity_key, messages, params, sample)
+        if self._lookup(key) is not None:
+            return False
+        self._store(self.caches[0], key, response, identity)
+        return True
+
     def flush(self) -> None:
         """Write what `batch_writes` holds back (the shared cache's new answers)."""
         for cache in self.caches[1:]:

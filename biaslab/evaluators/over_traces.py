@@ -209,9 +209,16 @@ def judge_traces(run_dir: str | Path, *, node: str, prompt: str, judges: Sequenc
                                                              verdict["counts"].items()}})
         scores = pd.DataFrame(rows)
         if len(scores):
-            cells = source.cells()[["cell_id", "target", "direction", "model", "seed"]]
+            cells = source.cells()
+            # an imported trace run's cells carry the item's group (`biaslab import traces`)
+            cells = cells[[c for c in ("cell_id", "target", "direction", "model", "seed",
+                                       "group") if c in cells.columns]]
             scores = scores.merge(cells, on="cell_id", how="left")
             scores.to_csv(eval_dir / "scores.csv", index=False)
+            if "group" in scores.columns:
+                by_group = scores.groupby(["group", "label"], dropna=False).size()
+                by_group.rename("answers").reset_index().to_csv(
+                    eval_dir / "scores_by_group.csv", index=False)
         return TraceJudgement(eval_dir, scores, gateway.counters.model_calls, len(errors),
                               skipped[0], errors[0] if errors else None)
     finally:

@@ -7,6 +7,7 @@ from biaslab.graphs.registry import (Protocol, get_protocol, list_protocols, loa
 from biaslab.graphs.units import AnalysisUnit, Measure
 from biaslab.graphs import amplification  # noqa: F401  (registers the protocol)
 from biaslab.graphs import app_audit  # noqa: F401  (registers app-audit: an unmodified app)
+from biaslab.graphs import imported_traces  # noqa: F401  (registers imported-traces: a trace file's cells)
 from biaslab.graphs import amplification_synthetic  # noqa: F401  (registers its scripted agent)
 from biaslab.graphs import augmentation  # noqa: F401  (registers the protocol)
 from biaslab.graphs import augmentation_synthetic  # noqa: F401  (registers its scripted agents)

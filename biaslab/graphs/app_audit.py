@@ -21,6 +21,7 @@ and beside the shared cache, so it is paid once; `report` and `replay` never rep
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import re
@@ -84,6 +85,12 @@ class AppOptions(BaseModel):
     """The item key naming the unit's group, for per-group effects."""
     directions: dict[str, dict[str, str]] = {}
     """The exposure template's slot values, per direction."""
+    traces_model_map: dict[str, str] = {}
+    """``[traces] model_map``: a recorded model name → the model (label) the run binds to
+    the node; where items come from a trace file, a call identical to a recorded call of a
+    mapped model is answered from the trace (docs/traces.md)."""
+    traces_filter: dict[str, str] = {}
+    """``[traces] since``, ``until`` and ``tag``: which traces of the file are the items."""
     recursion_limit: int = Field(default=100, ge=1, le=10_000)
     """LangGraph steps one item may take."""
     allow_hosts: list[str] = []
@@ -148,13 +155,13 @@ def app_spec_options(data: Mapping[str, Any]) -> dict[str, Any]:
                "directions": data.get("directions") or {},
                "recursion_limit": data.get("recursion_limit"),
                "allow_hosts": [str(rule) for rule in parse_allow_hosts(data.get("allow_hosts"))]
-               or None, "tools": data.get("tools")}
+               or None, "tools": data.get("tools"), **_traces_table(data.get("traces"))}
     if "tools" in data and data["tools"] not in TOOL_SETTINGS:
         raise UserError(f"tools = {data['tools']!r}: must be \"replay\" (a replay answers "
                         "tools from the record and refuses new calls) or \"live\"")
     rest = {k: v for k, v in data.items()
             if k not in ("app", "items", "outcome", "directions", "options", "protocol",
-                         "recursion_limit", "allow_hosts", "tools")}
+                         "recursion_limit", "allow_hosts", "tools", "traces")}
     # "each": every node that calls a model, alone (the core's "singletons")
     if isinstance(rest.get("conditions"), dict) and rest["conditions"].get("targets") == "each":
         rest["conditions"] = {**rest["conditions"], "targets": "singletons"}
@@ -163,6 +170,20 @@ def app_spec_options(data: Mapping[str, Any]) -> dict[str, Any]:
             rest["mitigations"] = {**rest["mitigations"], name: {**m, "targets": "singletons"}}
     return {**rest, "protocol": AppAudit.name,
             "options": {k: v for k, v in options.items() if v is not None}}
+
+
+def _traces_table(table: Any) -> dict[str, Any]:
+    """``[traces] model_map = {"recorded name" = "model label"}``, ``since``, ``until`` and
+    ``tag``, checked, as options."""
+    if table is None:
+        return {}
+    keys = {"model_map", "since", "until", "tag"}
+    if not isinstance(table, dict) or set(table) - keys or not isinstance(
+            table.get("model_map", {}), dict):
+        raise UserError("[traces] takes model_map = {\"<recorded model>\" = \"<model of the "
+                        "run>\"}, since, until (ISO dates) and tag")
+    return {"traces_model_map": {str(k): str(v) for k, v in table.get("model_map", {}).items()},
+            "traces_filter": {k: str(table[k]) for k in ("since", "until", "tag") if k in table}}
 
 
 # -- loading the app and its items ----------------------------------------------------------------
@@ -302,11 +323,13 @@ def read_items(options: AppOptions) -> tuple[list[str], dict[str, dict]]:
         raise UserError(f"items file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read items file {path}: {exc}") from None
-    key = (str(path), hashlib.sha256(text.encode()).hexdigest(), options.unit, options.group)
+    key = (str(path), hashlib.sha256(text.encode()).hexdigest(), options.unit, options.group,
+           tuple(sorted(options.traces_filter.items())))
     if key in _ITEMS:
         return _ITEMS[key]
     rows: list[tuple[int, dict]] = []
-    for n, line in enumerate(text.splitlines(), 1):
+    filters = tuple(sorted(options.traces_filter.items()))
+    for n, line in enumerate(_trace_lines(path, text, filters) or text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -339,6 +362,41 @@ def read_items(options: AppOptions) -> tuple[list[str], dict[str, dict]]:
         items[uid] = row
     _ITEMS[key] = (ids, items)
     return ids, items
+
+
+def _trace_lines(path: Path, text: str, filters: tuple) -> list[str] | None:
+    """An items file that is a trace file (docs/traces.md): each trace's root input as one
+    JSON line (a trace whose input is no JSON object stays as its JSON, refused below)."""
+    from biaslab.traces.imported import looks_like_traces
+
+    if not looks_like_traces(text):
+        return None
+    return [json.dumps(t.item) for t in _read_traces(str(path), _sha(text), filters)]
+
+
+def _recorded(options: AppOptions, item: str):
+    """The recorded answers of `item`'s trace (None unless the items are a trace file)."""
+    from biaslab.traces.imported import RecordedAnswers, looks_like_traces
+
+    path = Path(options.items_file)
+    text = path.read_text(encoding="utf-8")
+    if not options.traces_model_map or not looks_like_traces(text):
+        return None
+    ids, _ = read_items(options)
+    traces = _read_traces(str(path), _sha(text), tuple(sorted(options.traces_filter.items())))
+    return RecordedAnswers(traces[ids.index(item)].calls, options.traces_model_map)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=8)
+def _read_traces(path: str, sha: str, filters: tuple):
+    """The traces of an items trace file that `filters` (``[traces]`` since/until/tag) keep."""
+    from biaslab.traces.imported import read_trace_file, select_traces
+
+    return select_traces(read_trace_file(path), **dict(filters)).traces
 
 
 # -- the outcome and the final state --------------------------------------------------------------
@@ -503,6 +561,7 @@ class AppAudit(Protocol):
         row = read_items(options)[1][item]
         calls = calls or AppCalls(ctx, asyncio.get_running_loop())
         calls.prefix = _namespace()
+        calls.recorded = _recorded(options, item)
         keys = _input_keys(app)  # the unit's id and group are biaslab's unless the app reads them
         state = {k: v for k, v in row.items() if keys is None or k in keys}
         # A thread of its own for an app compiled with a checkpointer (which needs one); the
