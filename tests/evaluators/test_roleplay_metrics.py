@@ -46,10 +46,11 @@ def test_choice_answers_are_read_by_letter_or_text(answer, letter):
     "(A) or (B)",                     # two letters named
     "(A) or (B), hard to say.",       # a hedge: not the last option
 ])
-def test_choice_answers_that_pick_no_single_option_are_unchosen_and_biased(answer):
-    """The paper (§3.4): biased when the answer does not select the last option."""
-    assert rp.parse_choice(answer, OPTIONS) == rp.UNCHOSEN
-    assert rp.response_biased("choice", rp.UNCHOSEN, neutral="C") is True
+def test_choice_answers_that_pick_no_single_option_are_non_answers(answer):
+    """Neither biased nor unbiased: their own class (the paper's literal rule would call them
+    biased, the authors' script mostly neutral; the released tables show both columns)."""
+    assert rp.parse_choice(answer, OPTIONS) == rp.NONANSWER
+    assert rp.response_biased("choice", rp.NONANSWER, neutral="C") is None
 
 
 @pytest.mark.parametrize("answer", ["", "   ", "Error: 404 page not found"])
@@ -72,7 +73,7 @@ def test_choice_verdicts_use_the_last_option_as_neutral():
 ])
 def test_yes_no_answers(answer, label):
     assert rp.parse_yes_no(answer) == label
-    assert rp.response_biased("yes_no", label) is (label == "yes")
+    assert rp.response_biased("yes_no", label) is (None if label == "refusal" else label == "yes")
 
 
 @pytest.mark.parametrize("answer", ["Maybe", "It is complicated, yes for some, no for others"])
