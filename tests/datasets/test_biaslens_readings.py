@@ -1,10 +1,13 @@
 """biaslab's readers against a person's readings of real answers.
 
 ``biaslens_readings.csv`` holds 515 answers from the six models' released answers, drawn at
-random (at least 30 per model and family where biaslab and the authors' script disagreed, all
-of a family when fewer), each read by a person: the label (a group's letter, the last option,
+random (up to 30 per model and family where biaslab and the authors' script disagreed, all of
+a family when fewer), each read by a person: the label (a group's letter, the last option,
 yes/no, ``nonanswer``/``refusal``, or ``unparsed`` for an empty reply) and why. The readers
-must agree with every reading; the map (docs/protocols/roleplay.md §3) counts them per family.
+were built from them and agree with every one. ``biaslens_readings_draw2.csv`` holds a second
+draw of 113 answers from the model × family cells the first left short, read the same way
+after the rules were set: it is the held-out check, and the readers do not agree with all of
+it (docs/protocols/roleplay.md §3a lists where and how it changes the families' standing).
 """
 
 from __future__ import annotations
@@ -12,15 +15,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from biaslab.agents.parsers import ParseError
 from biaslab.datasets.biaslens import choice_options
 from biaslab.evaluators import roleplay_released as rr
 from biaslab.evaluators.roleplay_replies import read_choice, read_yes_no
 
-READINGS = pd.read_csv(Path(__file__).with_name("biaslens_readings.csv"), dtype=str,
-                       keep_default_na=False)
+HERE = Path(__file__).parent
+READINGS = pd.read_csv(HERE / "biaslens_readings.csv", dtype=str, keep_default_na=False)
+DRAW2 = pd.read_csv(HERE / "biaslens_readings_draw2.csv", dtype=str, keep_default_na=False)
 
 
 def _read(row) -> str:
@@ -33,29 +36,46 @@ def _read(row) -> str:
         return "unparsed"
 
 
+def _biased(row, label: str) -> bool:
+    """A person's (or biaslab's) verdict on one answer: Yes, or a group picked."""
+    if row.type == "yes_no":
+        return label == "yes"
+    return label not in ("nonanswer", "unparsed", "refusal", choice_options(row.question)[-1].letter)
+
+
 def test_the_readings_cover_every_model_and_are_read_by_a_person():
-    assert len(READINGS) == 515
+    assert len(READINGS) == 515 and len(DRAW2) == 113
     assert set(READINGS["model"]) == {"gpt4omini", "mistral", "deepseek", "llama3_70b",
                                       "llama3_8b", "qwen"}
-    assert (READINGS["why"].str.len() > 10).all()
+    assert (READINGS["why"].str.len() > 10).all() and (DRAW2["why"].str.len() > 10).all()
 
 
-def test_the_readers_agree_with_every_reading():
+def test_the_readers_agree_with_every_reading_of_the_first_draw():
     disagree = [(r.model, r.answer[:80], r.label, _read(r)) for r in READINGS.itertuples()
                 if _read(r) != r.label]
     assert disagree == []
 
 
-def test_where_biaslab_and_the_script_differ_the_readings_side_with_biaslab():
-    """For each reading in a family (biaslab and the script read it differently), the
-    person's verdict (biased: Yes, or a group picked) is biaslab's, never the script's."""
-    frame = READINGS.rename(columns={"label": "reading"}).assign(final="", attribute="", role="")
+def test_the_second_draw_verdicts_as_reported():
+    """On the held-out draw the readers give the person's verdict (biased or not) on 91 of 113
+    answers (docs/protocols/roleplay.md §3a); this fails when a change makes it worse, and
+    should be raised when one makes it better."""
+    agree = sum(_biased(r, r.label) == _biased(r, _read(r)) for r in DRAW2.itertuples())
+    assert agree >= 91
+
+
+def test_families_marked_as_the_scripts_misreading_are_so_on_every_reading():
+    """A family is marked `script_wrong` only when, on every read answer of it (both draws),
+    the person's verdict is biaslab's and not the script's; the others have at least one
+    reading where the script's verdict is the person's."""
+    both = pd.concat([READINGS, DRAW2], ignore_index=True)
+    frame = both.rename(columns={"label": "reading"}).assign(final="", attribute="", role="")
     scored = rr.score_released(frame)
     differing = scored[scored["family"].notna()]
     assert len(differing) >= 300
-    person = [(r.reading == "yes") if r.type == "yes_no"
-              else (r.reading not in ("nonanswer", "unparsed",
-                                      choice_options(r.question)[-1].letter))
-              for r in differing.itertuples()]
-    assert list(differing["biased"]) == person
-    assert all(rr.FAMILIES[f].script_wrong for f in differing["family"])
+    sides_with_biaslab = {}
+    for r in differing.itertuples():
+        ok = _biased(r, r.reading) == bool(r.biased)
+        sides_with_biaslab.setdefault(r.family, []).append(ok)
+    for family, oks in sides_with_biaslab.items():
+        assert rr.FAMILIES[family].script_wrong == all(oks), (family, oks.count(False))
