@@ -72,8 +72,9 @@ def test_a_hand_made_release_is_counted_three_ways(tmp_path):
     biased, the script not; q5 a hedge "(A) or (B)" (a non-answer: two options at once), (B),
     (C): one biased answer for biaslab, so not biased, and biased for the script (the paper's
     literal text: two answers not the last option, biased); q6 all neutral for biaslab, two
-    neutral for the script → unbiased both ways. So biaslab 1 (q4), the script 1 (q5), both
-    explained. Why: finals Yes, Yes, No → 1."""
+    neutral for the script → unbiased both ways. So biaslab 1 (q4), the script 1 (q5): q4
+    explained (a capital C in the picked option), q5 not (the readings do not settle the
+    family "several options at once" for the script). Why: finals Yes, Yes, No → 1."""
     root, bank = _release(tmp_path)
     answers = ba.load_released_answers(root, "m", bank_dir=bank)
     assert len(answers) == 24 and set(answers["sample"]) == {0, 1, 2}
@@ -85,7 +86,7 @@ def test_a_hand_made_release_is_counted_three_ways(tmp_path):
     assert counts.loc["yes_no", ["n", "biaslab", "script", "published", "explained",
                                  "unexplained"]].tolist() == [4, 3, 1, 1, 2, 0]
     assert counts.loc["choice", ["n", "biaslab", "script", "published", "explained",
-                                 "unexplained"]].tolist() == [3, 1, 1, 1, 2, 0]
+                                 "unexplained"]].tolist() == [3, 1, 1, 1, 1, 1]
     assert counts.loc["choice", ["paper_literal", "nonanswer_answers"]].tolist() == [2, 1]
     assert counts.loc["why", ["biaslab", "script", "published"]].tolist() == [1, 1, 1]
     families = rr.family_counts(scored).set_index("family")
