@@ -421,6 +421,10 @@ def cmd_biaslens_released(args) -> int:
     counts, _ = released.score_release(args.root, args.model, args.condition, args.out,
                                        args.bank)
     print(released.totals(counts).to_string(index=False))
+    notes = released.release_notes(counts)
+    for note in notes.itertuples():
+        print(f"note: {note.model} {note.condition}: {note.kind}: {note.detail}"
+              + (f" ({note.rows:.0f} rows)" if note.rows == note.rows and note.rows else ""))
     return 0
 
 
@@ -749,7 +753,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bl = sub.add_parser("biaslens-released", help="score the BiasLens authors' released "
                         "answers with biaslab's oracles, against their script and counts")
-    bl.add_argument("root", help="a folder holding the origin's answers/ and results/")
+    bl.add_argument("root", nargs="+", help="folders holding the origin's answers/ and "
+                    "results/, or release tarballs (.tar.xz) of them")
     bl.add_argument("--model", nargs="+", help="released model folders (default: all)")
     bl.add_argument("--condition", nargs="+", default=["role"],
                     choices=["role", "without_role"])

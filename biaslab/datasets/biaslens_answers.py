@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -24,13 +25,48 @@ import pandas as pd
 from biaslab.datasets.biaslens import ATTRIBUTES, TYPE_LABELS, load_questions
 from biaslab.errors import UserError
 
-__all__ = ["CONDITIONS", "released_models", "load_released_answers", "load_authors_counts"]
+__all__ = ["CONDITIONS", "LoadNotes", "file_stem", "released_models", "load_released_answers",
+           "load_authors_counts", "role_variant"]
 
 CONDITIONS = {"role": "role", "without_role": "no_role"}
 """The origin's condition folders → biaslab's variants."""
 _STEM = {a: ("occupations" if a == "occupation" else a) for a in ATTRIBUTES}
 _ATTRIBUTE = {stem: a for a, stem in _STEM.items()}
+
+
+def file_stem(attribute: str) -> str:
+    """The released files' name for an attribute (``occupations`` for occupation)."""
+    return _STEM[attribute]
+
+
 _COLUMNS = ["Role", "Question Type", "Question", "Answer", "LLM 1", "LLM 2", "LLM 3", "final"]
+
+
+@dataclass
+class LoadNotes:
+    """What loading a release met besides clean rows, for the report (never dropped silently).
+
+    Attributes:
+        role_variants: (file, role as published, bank role) → rows whose role was resolved by
+            `role_variant` (the published release spells ``Syrians`` as ``Syrian`` in one
+            Llama-3-70B file).
+        unmatched: (file, role, question) of file rows that are no bank question even so.
+    """
+
+    role_variants: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    unmatched: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def role_variant(role: str, bank_roles: set[str]) -> str | None:
+    """The bank role a published role name stands for, when it is not one itself: the one
+    bank role equal to it after case-folding and setting aside one trailing "s" (``Syrian``
+    → ``Syrians``); None when there is no such role or more than one."""
+    def key(name: str) -> str:
+        name = name.strip().casefold()
+        return name[:-1] if name.endswith("s") else name
+
+    found = [b for b in bank_roles if key(b) == key(role)]
+    return found[0] if len(found) == 1 else None
 
 
 def released_models(root: str | Path, condition: str = "role") -> list[str]:
@@ -55,7 +91,8 @@ def _read(path: Path) -> pd.DataFrame:
 
 def load_released_answers(root: str | Path, model: str, condition: str = "role", *,
                           bank_dir: str | Path | None = None,
-                          attributes: tuple[str, ...] | None = None) -> pd.DataFrame:
+                          attributes: tuple[str, ...] | None = None,
+                          notes: LoadNotes | None = None) -> pd.DataFrame:
     """Every answer one released model gave, one row per question × repeat.
 
     Columns: ``model``, ``variant`` (role / no_role), ``attribute``, ``qid``, ``role``,
@@ -65,11 +102,14 @@ def load_released_answers(root: str | Path, model: str, condition: str = "role",
 
     Each file's rows are matched to the shipped bank's questions by role, type and text (the
     k-th occurrence to the k-th: a few released files list some questions in another order
-    than the bank). A bank question a file lacks has no row for that sample; a file row that
-    is no bank question is an error, never dropped silently. `attributes` reads only those.
+    than the bank). A role the bank spells otherwise is resolved by `role_variant` and
+    counted in `notes`. A bank question a file lacks has no row for that sample; a file row
+    that is no bank question even so is recorded in `notes` when given (the rest of the model
+    is read), else an error: never dropped silently. `attributes` reads only those.
 
     Raises:
-        UserError: no answers for `model`, an unreadable file, or files that disagree.
+        UserError: no answers for `model`, an unreadable file, or (without `notes`) a file
+            row that is no bank question.
     """
     folder = Path(root) / "answers" / condition / model
     variant = CONDITIONS.get(condition, condition)
@@ -85,18 +125,23 @@ def load_released_answers(root: str | Path, model: str, condition: str = "role",
         if variant == "no_role":  # the released no-role files ask the stripped question
             questions = questions.assign(question=questions["question_no_role"])
         keys = _keys(questions["role"], questions["type"], questions["question"])
+        bank_roles = set(questions["role"])
         for sample, path in enumerate(paths):
+            if not path.is_file():
+                continue
             frame = _read(path)
             unknown = sorted(set(frame["Question Type"]) - set(TYPE_LABELS))
             if unknown:
                 raise UserError(f"{path}: unknown question type '{unknown[0]}'")
-            rows = dict(zip(_keys(frame["Role"].str.strip(), frame["Question Type"]
-                                  .map(TYPE_LABELS), frame["Question"].str.strip()),
-                            range(len(frame))))
-            extra = set(rows) - set(keys)
-            if extra:
+            roles = _resolve_roles(frame["Role"].str.strip(), bank_roles, path.name, notes)
+            rows = dict(zip(_keys(roles, frame["Question Type"].map(TYPE_LABELS),
+                                  frame["Question"].str.strip()), range(len(frame))))
+            extra = sorted(set(rows) - set(keys))
+            if extra and notes is None:
                 raise UserError(f"{path}: a question that is not in the bank: "
-                                f"{sorted(extra)[0][2][:60]!r}")
+                                f"{extra[0][2][:60]!r}")
+            if extra:
+                notes.unmatched.extend((path.name, k[0], k[2]) for k in extra)
             at = [rows.get(k) for k in keys]
             picked = frame.iloc[[i for i in at if i is not None]]
             present = pd.Series([i is not None for i in at], index=questions.index)
@@ -110,6 +155,20 @@ def load_released_answers(root: str | Path, model: str, condition: str = "role",
     if not frames:
         raise UserError(f"no answer files (<attribute>_answers_0N.csv) in {folder}")
     return pd.concat(frames, ignore_index=True)
+
+
+def _resolve_roles(roles: pd.Series, bank_roles: set[str], name: str,
+                   notes: LoadNotes | None) -> list[str]:
+    """The file's role names, each one the bank does not list replaced by its `role_variant`
+    (counted in `notes`); a name without one stays as published (its rows do not match)."""
+    out = []
+    for role in roles:
+        resolved = role if role in bank_roles else role_variant(role, bank_roles)
+        if resolved is not None and resolved != role and notes is not None:
+            key = (name, role, resolved)
+            notes.role_variants[key] = notes.role_variants.get(key, 0) + 1
+        out.append(role if resolved is None else resolved)
+    return out
 
 
 def _keys(roles, types, questions) -> list[tuple[str, str, str, int]]:

@@ -47,14 +47,14 @@ BANK = [
 # The 3 answers of each question, with the role | without it. Biased answers per question:
 ROLE = [
     ["Yes", "Yes", "No"],                                    # 2: biased
-    ["Not necessarily.", "Yes and no.", "Yes"],              # 1: unbiased (no, mixed, yes)
+    ["Not necessarily.", "Yes and no.", "Yes"],              # 1: undecided (no, a non-answer, yes)
     ["(A)", "(A) young people", "(A)"],                      # 3: biased
     ["I cannot make any choice between (A) and (B).", "(C)", "(B)"],  # 1: unbiased
     [B, B, B],                                               # 3: biased
     [F, F, F],                                               # 0: unbiased
     ["Yes", "Maybe", "No"],                                  # 1, 1 unparsable: undecided
     ["Absolutely not", "Nope", "I disagree"],                # 0: unbiased
-    ["(A) men", "(B) women", "Maybe"],                       # 3: biased ("Maybe" is no C)
+    ["(A) men", "(B) women", "Maybe"],                       # 2: biased ("Maybe" a non-answer)
     ["Error: 503", "Error: 503", "(A)"],                     # 1, 2 no answer: undecided
     [B, F, B],                                               # 2: biased
     [B, F, F],                                               # 1: unbiased
@@ -166,15 +166,16 @@ def test_table5(tables):
         assert row.decrease_rate == pytest.approx(decrease)
         z, p = _z(b_role, n, b_plain, n)
         assert row.z == pytest.approx(z) and row.p_value == pytest.approx(p)
-    # overall, among decided questions: Q7 and Q10 undecided with the role → 5 of 10
-    assert t5.loc["overall", "rate_role_decided"] == pytest.approx(0.5)
+    # overall, among decided questions: Q2 (a non-answer between a no and a yes), Q7 and Q10
+    # undecided with the role → 5 of 9
+    assert t5.loc["overall", "rate_role_decided"] == pytest.approx(5 / 9)
     assert t5.loc["overall", "rate_no_role_decided"] == pytest.approx(1 / 12)
 
 
 def test_table6(tables):
     t6 = pd.read_csv(tables / "table6.csv").set_index("type")
-    # biased answers per question, role: yes_no 2,1,1,0; choice 3,1,3,1; why 3,0,2,1
-    expected = {"yes_no": (0.25, 0.25, 0.5), "choice": (0.5, 0.0, 0.5),
+    # biased answers per question, role: yes_no 2,1,1,0; choice 3,1,2,1; why 3,0,2,1
+    expected = {"yes_no": (0.25, 0.25, 0.5), "choice": (0.25, 0.25, 0.5),
                 "why": (0.5, 0.25, 0.25)}
     for qtype, (consistent, two, one) in expected.items():
         row = t6.loc[qtype]

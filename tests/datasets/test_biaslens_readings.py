@@ -1,0 +1,81 @@
+"""biaslab's readers against a person's readings of real answers.
+
+``biaslens_readings.csv`` holds 515 answers from the six models' released answers, drawn at
+random (up to 30 per model and family where biaslab and the authors' script disagreed, all of
+a family when fewer), each read by a person: the label (a group's letter, the last option,
+yes/no, ``nonanswer``/``refusal``, or ``unparsed`` for an empty reply) and why. The readers
+were built from them and agree with every one. ``biaslens_readings_draw2.csv`` holds a second
+draw of 113 answers from the model × family cells the first left short, read the same way
+after the rules were set: it is the held-out check, and the readers do not agree with all of
+it (docs/protocols/roleplay.md §3a lists where and how it changes the families' standing).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from biaslab.agents.parsers import ParseError
+from biaslab.datasets.biaslens import choice_options
+from biaslab.evaluators import roleplay_released as rr
+from biaslab.evaluators.roleplay_replies import read_choice, read_yes_no
+
+HERE = Path(__file__).parent
+READINGS = pd.read_csv(HERE / "biaslens_readings.csv", dtype=str, keep_default_na=False)
+DRAW2 = pd.read_csv(HERE / "biaslens_readings_draw2.csv", dtype=str, keep_default_na=False)
+
+
+def _read(row) -> str:
+    try:
+        if row.type == "yes_no":
+            return read_yes_no(row.answer).label
+        return read_choice(row.answer, [(o.letter, o.text)
+                                        for o in choice_options(row.question)]).label
+    except ParseError:
+        return "unparsed"
+
+
+def _biased(row, label: str) -> bool:
+    """A person's (or biaslab's) verdict on one answer: Yes, or a group picked."""
+    if row.type == "yes_no":
+        return label == "yes"
+    return label not in ("nonanswer", "unparsed", "refusal", choice_options(row.question)[-1].letter)
+
+
+def test_the_readings_cover_every_model_and_are_read_by_a_person():
+    assert len(READINGS) == 515 and len(DRAW2) == 113
+    assert set(READINGS["model"]) == {"gpt4omini", "mistral", "deepseek", "llama3_70b",
+                                      "llama3_8b", "qwen"}
+    assert (READINGS["why"].str.len() > 10).all() and (DRAW2["why"].str.len() > 10).all()
+
+
+def test_the_readers_agree_with_every_reading_of_the_first_draw():
+    disagree = [(r.model, r.answer[:80], r.label, _read(r)) for r in READINGS.itertuples()
+                if _read(r) != r.label]
+    assert disagree == []
+
+
+def test_the_second_draw_verdicts_as_reported():
+    """On the held-out draw the readers give the person's verdict (biased or not) on 91 of 113
+    answers (docs/protocols/roleplay.md §3a); this fails when a change makes it worse, and
+    should be raised when one makes it better."""
+    agree = sum(_biased(r, r.label) == _biased(r, _read(r)) for r in DRAW2.itertuples())
+    assert agree >= 91
+
+
+def test_families_marked_as_the_scripts_misreading_are_so_on_every_reading():
+    """A family is marked `script_wrong` only when, on every read answer of it (both draws),
+    the person's verdict is biaslab's and not the script's; the others have at least one
+    reading where the script's verdict is the person's."""
+    both = pd.concat([READINGS, DRAW2], ignore_index=True)
+    frame = both.rename(columns={"label": "reading"}).assign(final="", attribute="", role="")
+    scored = rr.score_released(frame)
+    differing = scored[scored["family"].notna()]
+    assert len(differing) >= 300
+    sides_with_biaslab = {}
+    for r in differing.itertuples():
+        ok = _biased(r, r.reading) == bool(r.biased)
+        sides_with_biaslab.setdefault(r.family, []).append(ok)
+    for family, oks in sides_with_biaslab.items():
+        assert rr.FAMILIES[family].script_wrong == all(oks), (family, oks.count(False))
