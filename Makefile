@@ -26,8 +26,12 @@ demo: setup
 	  $(BIN)/biaslab run experiments/$$spec.toml --scale smoke --out runs/demo/$$(basename $$spec) --resume || exit $$?; \
 	done
 
+# One pytest worker per core (pytest-xdist); each test file runs whole on one worker, so its
+# module-scoped fixtures are built once. `make test TEST_WORKERS=0` runs in this one process.
+TEST_WORKERS ?= logical
+
 test: setup browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The browser tests drive Debian's chromium through Playwright (Playwright's own browser
 # download does not work offline); installed here when missing and apt-get is allowed.

@@ -5,7 +5,10 @@ conftest of its own, and an import of ``conftest`` would get whichever was loade
 
 from __future__ import annotations
 
+import fcntl
 import signal
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -25,8 +28,39 @@ def ctrl_c_is_not_ignored():
     yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def session_cache(tmp_path_factory):
+    """A response cache (and fits, verdict key) for what runs before `isolated_cache`: module
+    and session fixtures. Never the user's ``~/.cache/biaslab``, which the suite's workers
+    (``pytest -n``, as ``make test`` runs it) would share with each other and with the user's
+    own runs; `tmp_path_factory` gives each worker a directory of its own."""
+    with pytest.MonkeyPatch.context() as mp:
+        path = tmp_path_factory.mktemp("session-cache") / "shared-cache.sqlite"
+        mp.setenv("BIASLAB_CACHE", str(path))
+        yield path
+
+
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
     path = tmp_path / "shared-cache.sqlite"
     monkeypatch.setenv("BIASLAB_CACHE", str(path))
     return path
+
+
+@pytest.fixture(autouse=True)
+def exclusive(request):
+    """``@pytest.mark.exclusive("NAME")``: the test holds a lock of that name on this machine
+    while it runs, so that no other test marked with it runs at once, in another worker of the
+    suite (``pytest -n``) or in another suite. For what is one per machine whatever the test
+    does: Ray's ``/tmp/ray/ray_current_cluster``, say, which a plain ``ray.init()`` joins."""
+    marker = request.node.get_closest_marker("exclusive")
+    if marker is None:
+        yield
+        return
+    path = Path(tempfile.gettempdir()) / f"biaslab-tests-{marker.args[0]}.lock"
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
