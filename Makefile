@@ -27,11 +27,12 @@ demo: setup
 	done
 
 # One pytest worker per core (pytest-xdist); each test file runs whole on one worker, so its
-# module-scoped fixtures are built once. `make test TEST_WORKERS=0` runs in this one process.
+# module-scoped fixtures are built once; tests/conftest.py orders the files (long ones first).
+# `make test TEST_WORKERS=0` runs the suite in one process.
 TEST_WORKERS ?= logical
 
 test: setup browser
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The browser tests drive Debian's chromium through Playwright (Playwright's own browser
 # download does not work offline); installed here when missing and apt-get is allowed.

@@ -5,7 +5,9 @@ conftest of its own, and an import of ``conftest`` would get whichever was loade
 
 from __future__ import annotations
 
+import collections
 import fcntl
+import os
 import signal
 import tempfile
 from pathlib import Path
@@ -15,6 +17,22 @@ import pytest
 # A real OpenAI-compatible endpoint (llama.cpp's server with SmolLM2 on 127.0.0.1), for any test
 # that asks for it by name; see that module.
 from support_llama_server import llama_server  # noqa: F401
+
+
+def pytest_collection_modifyitems(config, items):
+    """The order in which ``make test``'s workers take the files (``pytest -n --dist loadfile
+    --no-loadscope-reorder``): files marked ``pytest.mark.early`` first, then the files with
+    more tests. A file runs whole on one worker, so a long one started last (the README tour:
+    a minute or more of module fixture, in 6 tests) leaves the other worker idle meanwhile.
+    A plain ``pytest`` keeps the order in which it collected."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    def file(item) -> str:
+        return item.nodeid.split("::")[0]
+
+    tests_in = collections.Counter(file(item) for item in items)
+    items.sort(key=lambda item: (item.get_closest_marker("early") is None,
+                                 -tests_in[file(item)]))
 
 
 @pytest.fixture(autouse=True, scope="session")
