@@ -41,8 +41,13 @@ demo: setup
 	  $(BIN)/biaslab run experiments/$$spec.toml --scale smoke --out runs/demo/$$(basename $$spec) --resume || exit $$?; \
 	done
 
+# One pytest worker per core (pytest-xdist); each test file runs whole on one worker, so its
+# module-scoped fixtures are built once; tests/conftest.py orders the files (long ones first).
+# `make test TEST_WORKERS=0` runs the suite in one process.
+TEST_WORKERS ?= logical
+
 test: setup browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The browser tests drive Debian's chromium through Playwright (Playwright's own browser
 # download does not work offline); installed here when missing and apt-get is allowed.

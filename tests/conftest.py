@@ -5,13 +5,34 @@ conftest of its own, and an import of ``conftest`` would get whichever was loade
 
 from __future__ import annotations
 
+import collections
+import fcntl
+import os
 import signal
+import tempfile
+from pathlib import Path
 
 import pytest
 
 # A real OpenAI-compatible endpoint (llama.cpp's server with SmolLM2 on 127.0.0.1), for any test
 # that asks for it by name; see that module.
 from support_llama_server import llama_server  # noqa: F401
+
+
+def pytest_collection_modifyitems(config, items):
+    """The order in which ``make test``'s workers take the files (``pytest -n --dist loadfile
+    --no-loadscope-reorder``): files marked ``pytest.mark.early`` first, then the files with
+    more tests. A file runs whole on one worker, so a long one started last (the README tour:
+    a minute or more of module fixture, in 6 tests) leaves the other worker idle meanwhile.
+    A plain ``pytest`` keeps the order in which it collected."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    def file(item) -> str:
+        return item.nodeid.split("::")[0]
+
+    tests_in = collections.Counter(file(item) for item in items)
+    items.sort(key=lambda item: (item.get_closest_marker("early") is None,
+                                 -tests_in[file(item)]))
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -25,8 +46,39 @@ def ctrl_c_is_not_ignored():
     yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def session_cache(tmp_path_factory):
+    """A response cache (and fits, verdict key) for what runs before `isolated_cache`: module
+    and session fixtures. Never the user's ``~/.cache/biaslab``, which the suite's workers
+    (``pytest -n``, as ``make test`` runs it) would share with each other and with the user's
+    own runs; `tmp_path_factory` gives each worker a directory of its own."""
+    with pytest.MonkeyPatch.context() as mp:
+        path = tmp_path_factory.mktemp("session-cache") / "shared-cache.sqlite"
+        mp.setenv("BIASLAB_CACHE", str(path))
+        yield path
+
+
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
     path = tmp_path / "shared-cache.sqlite"
     monkeypatch.setenv("BIASLAB_CACHE", str(path))
     return path
+
+
+@pytest.fixture(autouse=True)
+def exclusive(request):
+    """``@pytest.mark.exclusive("NAME")``: the test holds a lock of that name on this machine
+    while it runs, so that no other test marked with it runs at once, in another worker of the
+    suite (``pytest -n``) or in another suite. For what is one per machine whatever the test
+    does: Ray's ``/tmp/ray/ray_current_cluster``, say, which a plain ``ray.init()`` joins."""
+    marker = request.node.get_closest_marker("exclusive")
+    if marker is None:
+        yield
+        return
+    path = Path(tempfile.gettempdir()) / f"biaslab-tests-{marker.args[0]}.lock"
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

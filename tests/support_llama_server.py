@@ -120,7 +120,9 @@ def llama_server() -> Iterator[LlamaServer]:
     from biaslab.errors import UserError
 
     try:
-        manager = start_llama_server()
+        # One thread: the suite's other worker (`make test` runs `pytest -n`) holds the other
+        # core, and llama.cpp's threads spin at their barriers against it.
+        manager = start_llama_server(n_threads=1)
         server = manager.__enter__()
     except UserError as exc:  # no SmolLM2 wheel
         pytest.skip(f"no local model for the llama.cpp server: {exc}")

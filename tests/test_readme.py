@@ -27,6 +27,8 @@ README = ROOT / "README.md"
 VENV = Path(sys.prefix)  # the virtual environment the suite runs in (.venv under make)
 HOSTED = re.compile(r"#\s*needs\s+([A-Z][A-Z0-9_]*_API_KEY)\s*$")
 
+pytestmark = pytest.mark.early  # the tour takes minutes: `make test` starts it first
+
 
 def commands(text: str) -> list[str]:
     """The README's ``bash`` blocks as logical command lines (continuations joined)."""

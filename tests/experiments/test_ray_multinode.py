@@ -18,6 +18,9 @@ from support_runs import amplification_spec, assert_same_run
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'biaslab[ray]')")
 from ray.cluster_utils import Cluster  # noqa: E402
 
+# The cluster writes /tmp/ray/ray_current_cluster, which a plain ray.init() elsewhere joins.
+pytestmark = pytest.mark.exclusive("ray")
+
 SPEC = amplification_spec(options={"datasets": ["math"], "pipelines": ["E0", "E1"],
                                    "max_test": 20, "n_resamples": 200})
 

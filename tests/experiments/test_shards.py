@@ -122,6 +122,7 @@ def test_workers_end_in_one_store_equal_to_a_single_process_run(spec_file, whole
     assert main(["replay", str(out), "--mode", "strict", "--out", str(tmp_path / "r")]) == 0
 
 
+@pytest.mark.exclusive("ray")  # a plain ray.init() would join another test's cluster
 def test_ray_executor_on_a_local_instance(spec_file, whole, tmp_path):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'biaslab[ray]')")
     out = tmp_path / "ray"
