@@ -99,7 +99,8 @@ def _run_page(page: Path, tmp: Path) -> list[str]:
         if line.startswith("biaslab view "):
             done.append(_check_view(line, tmp, env))
             continue
-        proc = subprocess.run(["bash", "-c", f". .venv/bin/activate && {line}"], cwd=tmp,
+        # -e: in ``a ; b`` a failing ``a`` fails the line too
+        proc = subprocess.run(["bash", "-e", "-c", f". .venv/bin/activate && {line}"], cwd=tmp,
                               env=env, capture_output=True, text=True, timeout=600)
         assert "Traceback" not in proc.stderr, f"{page.name}: {line}\n{proc.stderr[-2000:]}"
         hosted = HOSTED.search(line)
