@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from test_readme import HOSTED, VENV, _clean_env, commands
+from support_commands import HOSTED, VENV, clean_env, commands
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -88,7 +88,7 @@ def _check_view(line: str, tmp: Path, env: dict[str, str]) -> str:
 def _run_page(page: Path, tmp: Path) -> list[str]:
     """Run one page's command lines in order; returns what was done with each line."""
     _copy(tmp)
-    env = _clean_env(tmp)
+    env = clean_env(tmp)
     done: list[str] = []
     for line in commands(page.read_text()):
         if line.startswith("#") or line.startswith("make "):
@@ -137,7 +137,7 @@ def test_the_python_page_runs_as_printed(tmp_path):
                         flags=re.S | re.M)
     assert blocks
     proc = subprocess.run([sys.executable, "-c", blocks[0]], cwd=tmp_path,
-                          env=_clean_env(tmp_path), capture_output=True, text=True, timeout=300)
+                          env=clean_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{blocks[0]}\n{proc.stderr[-2000:]}"
     assert (tmp_path / "runs/review-smoke/report.html").is_file()
     assert (tmp_path / "runs/review-reminder-py/report.html").is_file()

@@ -10,49 +10,23 @@ numbers the README quotes from the tour's tables are read back from those tables
 from __future__ import annotations
 
 import csv
-import os
 import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from support_commands import HOSTED, VENV, clean_env, commands
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-VENV = Path(sys.prefix)  # the virtual environment the suite runs in (.venv under make)
-HOSTED = re.compile(r"#\s*needs\s+([A-Z][A-Z0-9_]*_API_KEY)\s*$")
+
 
 pytestmark = pytest.mark.early  # the tour takes minutes: `make test` starts it first
-
-
-def commands(text: str) -> list[str]:
-    """The README's ``bash`` blocks as logical command lines (continuations joined)."""
-    out: list[str] = []
-    for block in re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M):
-        pending = ""
-        for line in block.splitlines():
-            if line.rstrip().endswith("\\"):
-                pending += line.rstrip()[:-1] + " "
-                continue
-            line = pending + line
-            pending = ""
-            if line.strip():
-                out.append(line.strip())
-    return out
-
-
-def _clean_env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not (k.endswith("_API_KEY") or k.endswith("_BASE_URL") or k == "VIRTUAL_ENV")}
-    env.update(HOME=str(tmp), BIASLAB_CACHE=str(tmp / "cache.sqlite"), COLUMNS="100")
-    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
-                                  if Path(p).resolve() != (VENV / "bin").resolve())
-    return env
 
 
 def _read(path: Path) -> list[dict[str, str]]:
@@ -72,7 +46,7 @@ def tour(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("readme")
     shutil.copytree(ROOT / "experiments", tmp / "experiments")
     (tmp / ".venv").symlink_to(VENV, target_is_directory=True)
-    env = _clean_env(tmp)
+    env = clean_env(tmp)
     lines = commands(README.read_text())
     assert lines and lines[0].startswith("make demo"), "the README starts with the two commands"
     ran = []
