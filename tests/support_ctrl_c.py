@@ -81,6 +81,12 @@ class Try:
             return f"exit {self.code}"
         if "Traceback" in self.stderr or "Fatal Python error" in self.stderr:
             return "a traceback"
+        if "Ctrl-C: stopping" in self.stderr:
+            # landed once the run had started: the run's own stop, as documented (a notice
+            # at once, then what is kept and the command that continues it)
+            if "continue with: biaslab run --resume" not in self.stderr:
+                return "a run stopped without saying how to continue"
+            return None
         if len(lines) != 1:
             return f"{len(lines)} interrupt lines"
         return None

@@ -625,11 +625,15 @@ class AppAudit(Protocol):
     # -- its own tables: the traffic it sent, the tools it ran ----------------------------------
 
     def report(self, store, run_dir: Path, options: AppOptions) -> list[Path]:
-        """``tables/app_http.csv`` (what the app sent to the hosts the spec allows) and
-        ``tables/tool_calls.csv`` (every tool execution of every cell), when there are any."""
+        """``tables/app_http.csv`` (what the app sent to the hosts the spec allows),
+        ``tables/tool_calls.csv`` (every tool execution of every cell) and, for an audit of
+        traced items, ``tables/trace_check.csv`` (does the clean arm reproduce the trace?),
+        each when there is anything to show."""
+        from biaslab.graphs.app_trace_check import write_trace_check
         from biaslab.graphs.app_traffic import write_app_http
 
         written = list(write_app_http(store, run_dir, APP_NODE))
+        written += write_trace_check(store, run_dir, options)
         frame = _tool_frame(store)
         if not frame.empty:
             path = Path(run_dir) / "tables" / "tool_calls.csv"

@@ -34,7 +34,7 @@ def _blocks(lang: str) -> list[str]:
 
 
 def test_the_docs_blocks_are_the_shipped_example():
-    py, = _blocks("python")
+    py = _blocks("python")[0]
     spec, moderator, judge = _blocks("toml")
     assert py == (EXAMPLE / "debate.py").read_text(encoding="utf-8")
     assert spec == (EXAMPLE / "debate.toml").read_text(encoding="utf-8")
@@ -49,7 +49,7 @@ def debate_run(tmp_path_factory) -> Path:
     where = root / "experiments" / "examples"
     (where / "prompts").mkdir(parents=True)
     shutil.copytree(EXAMPLE / "prompts" / "debate", where / "prompts" / "debate")
-    py, = _blocks("python")
+    py = _blocks("python")[0]
     spec, moderator, judge = _blocks("toml")
     (where / "debate.py").write_text(py, encoding="utf-8")
     (where / "debate.toml").write_text(spec, encoding="utf-8")

@@ -26,8 +26,6 @@ _BUILT_IN: dict[str, tuple[str, str, str | None, str | None]] = {
     "roleplay_generate": ("roleplay", "write_generation_report", None, None),
     "multiturn": ("multiturn", "write_report", "headline", None),
     "augmentation": ("augmentation", "write_report", None, None),
-    # an audit whose items are a trace file: does the clean arm reproduce the recorded outputs?
-    "app-audit": ("trace_check", "write_trace_check", None, None),
 }
 _COMPARE: dict[str, tuple[str, str]] = {"amplification": ("compare", "compare_amplification"),
                                         "augmentation": ("augmentation",
