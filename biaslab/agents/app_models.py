@@ -50,7 +50,7 @@ from biaslab.traces.cache import CachedResponse
 from biaslab.traces.records import CallRecord
 
 __all__ = ["AppCalls", "AppAnswer", "answer_call", "active_calls", "intercepting",
-           "to_openai_messages", "node_path", "APP_PROMPT", "REQUEST_KEYS"]
+           "to_openai_messages", "message_text", "node_path", "APP_PROMPT", "REQUEST_KEYS"]
 
 APP_PROMPT = "app_audit/app_node"
 """The prompt id an app's node is recorded under: its prompt is the app's own, not biaslab's."""
@@ -117,7 +117,9 @@ def node_path(metadata: Mapping[str, Any] | None, prefix: str = "") -> str:
     return "/".join(parts) or "(outside any node)"
 
 
-def _text(content: Any) -> str:
+def message_text(content: Any) -> str:
+    """A message's content as text: a string as it is, content blocks or parts (LangChain's,
+    or the chat-completions wire's) as their text, in order."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # content blocks: their text, in order
@@ -132,7 +134,7 @@ def to_openai_messages(messages: list[BaseMessage]) -> list[dict[str, Any]]:
     for m in messages:
         role = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool",
                 "developer": "system", "chat": getattr(m, "role", "user")}.get(m.type, m.type)
-        turn: dict[str, Any] = {"role": role, "content": _text(m.content)}
+        turn: dict[str, Any] = {"role": role, "content": message_text(m.content)}
         if m.type == "ai" and getattr(m, "tool_calls", None):
             turn["tool_calls"] = openai_tool_calls(m.tool_calls)
         if m.type == "tool":

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from biaslab.agents.app_models import REQUEST_KEYS, AppAnswer
+from biaslab.agents.app_models import REQUEST_KEYS, AppAnswer, message_text
 from biaslab.agents.tool_answers import openai_tool_calls
 
 __all__ = ["BadRequest", "chat_request", "chat_completion", "chat_stream", "responses_request",
@@ -24,15 +24,6 @@ __all__ = ["BadRequest", "chat_request", "chat_completion", "chat_stream", "resp
 
 class BadRequest(ValueError):
     """A body biaslab cannot read as a model call (the cell fails, saying why)."""
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts: their text, in order
-        return "".join(p if isinstance(p, str) else str(p.get("text", "")) if isinstance(p, dict)
-                       else str(p) for p in content)
-    return "" if content is None else str(content)
 
 
 def _body(raw: bytes | str | None) -> dict[str, Any]:
@@ -58,7 +49,7 @@ def chat_request(raw: bytes | str | None) -> tuple[list[dict[str, Any]], dict[st
         if not isinstance(turn, dict) or "role" not in turn:
             raise BadRequest("each message needs a 'role'")
         role = "system" if turn["role"] == "developer" else str(turn["role"])
-        out: dict[str, Any] = {"role": role, "content": _text(turn.get("content"))}
+        out: dict[str, Any] = {"role": role, "content": message_text(turn.get("content"))}
         if turn.get("tool_calls"):
             out["tool_calls"] = turn["tool_calls"]
         if role == "tool":
@@ -141,7 +132,7 @@ def responses_request(raw: bytes | str | None
                          "audited: send the turns as input")
     messages: list[dict[str, Any]] = []
     if data.get("instructions"):
-        messages.append({"role": "system", "content": _text(data["instructions"])})
+        messages.append({"role": "system", "content": message_text(data["instructions"])})
     items = data.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
@@ -153,7 +144,7 @@ def responses_request(raw: bytes | str | None
         kind = item.get("type", "message")
         if kind == "message":
             role = "system" if item.get("role") == "developer" else str(item.get("role", "user"))
-            messages.append({"role": role, "content": _text(item.get("content"))})
+            messages.append({"role": role, "content": message_text(item.get("content"))})
         elif kind == "function_call":
             call = {"id": item.get("call_id", ""), "type": "function",
                     "function": {"name": item.get("name", ""),
@@ -164,7 +155,7 @@ def responses_request(raw: bytes | str | None
             else:
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif kind == "function_call_output":
-            messages.append({"role": "tool", "content": _text(item.get("output")),
+            messages.append({"role": "tool", "content": message_text(item.get("output")),
                              "tool_call_id": str(item.get("call_id", ""))})
         else:
             raise BadRequest(f"input items of type '{kind}' cannot be audited")

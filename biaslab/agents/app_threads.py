@@ -17,38 +17,27 @@ refused (`biaslab.agents.app_guard`).
 from __future__ import annotations
 
 import contextvars
-import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from biaslab.agents.app_guard import APP, who
+from biaslab.agents.class_patch import ClassPatch
 
 __all__ = ["install_pool_context", "uninstall_pool_context"]
 
-_LOCK = threading.Lock()
-_USERS = 0
-_ORIGINAL: dict[str, Any] = {}
-
-
 def _submit(self, fn, /, *args, **kwargs):
+    submit = _PATCH.original["submit"]
     if who() == APP:
-        return _ORIGINAL["submit"](self, contextvars.copy_context().run, fn, *args, **kwargs)
-    return _ORIGINAL["submit"](self, fn, *args, **kwargs)
+        return submit(self, contextvars.copy_context().run, fn, *args, **kwargs)
+    return submit(self, fn, *args, **kwargs)
+
+
+_PATCH = ClassPatch(ThreadPoolExecutor, {"submit": _submit})
 
 
 def install_pool_context() -> None:
     """Pools carry the app's context from now until the matching `uninstall_pool_context`."""
-    global _USERS
-    with _LOCK:
-        if _USERS == 0:
-            _ORIGINAL["submit"] = ThreadPoolExecutor.submit
-            ThreadPoolExecutor.submit = _submit
-        _USERS += 1
+    _PATCH.install()
 
 
 def uninstall_pool_context() -> None:
-    global _USERS
-    with _LOCK:
-        _USERS -= 1
-        if _USERS == 0:
-            ThreadPoolExecutor.submit = _ORIGINAL.pop("submit")
+    _PATCH.uninstall()
