@@ -380,22 +380,29 @@ def deterministic_default() -> bool:
                     f"not '{env}'")
 
 
+def _count_from_env(name: str) -> int | None:
+    """A whole number of at least 1 from env `name`; None when it is unset or empty; a bad
+    value is one line (`UserError`)."""
+    env = os.environ.get(name, "").strip()
+    if not env:
+        return None
+    try:
+        value = int(env)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UserError(f"{name} must be a whole number of at least 1, not '{env}'")
+    return value
+
+
 def threads_default() -> int:
     """Env ``BIASLAB_LOCAL_THREADS`` (a whole number ≥ 1); unset → 1.
 
     The thread count changes the embedded model's answers (the same request gave
     ``[0.57 0.40 0.31 …]`` on 1 thread and ``[0.34 0.00 0.15 …]`` on 2), so it is fixed at 1
     unless set, whatever the machine, and is part of the model's cache identity."""
-    env = os.environ.get(THREADS_ENV, "").strip()
-    if not env:
-        return 1
-    try:
-        value = int(env)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise UserError(f"{THREADS_ENV} must be a whole number of at least 1, not '{env}'")
-    return value
+    value = _count_from_env(THREADS_ENV)
+    return 1 if value is None else value
 
 
 def instances_default() -> int:
@@ -403,14 +410,8 @@ def instances_default() -> int:
 
     How many servers compute calls side by side. In deterministic mode it changes no answer
     (each call is computed alone on one of identical servers), so it is not in the identity."""
-    env = os.environ.get(INSTANCES_ENV, "").strip()
-    if env:
-        try:
-            value = int(env)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise UserError(f"{INSTANCES_ENV} must be a whole number of at least 1, not '{env}'")
+    value = _count_from_env(INSTANCES_ENV)
+    if value is not None:
         return value
     try:
         cores = len(os.sched_getaffinity(0))
