@@ -82,6 +82,11 @@ GOOD = 'name = "x"\nprotocol = "amplification"\nmodels = ["scripted:amplificatio
      "names 'scripted:amplification-synthetic' twice"),
     (GOOD + '[model_aliases.m]\nprovider = "openai-compatible"\nmodel = "x"\n'
             'api_key = "sk-PASTED-SECRET"', "api_key: Extra inputs are not permitted.*api_key_env"),
+    # the protocol of `biaslab import traces` runs only comes from an import
+    ('name = "x"\nprotocol = "imported-traces"\nmodels = ["scripted:recorded-traffic"]\n'
+     '[options]\nitems = ["a1"]\nnodes = ["reviewer"]',
+     "protocol 'imported-traces' is not run from a spec: its runs are written by biaslab "
+     "import traces"),
 ])
 def test_bad_specs_are_one_line_errors(tmp_path, capsys, spec, message):
     code, out, err = run_cli(capsys, "run", write(tmp_path, spec), "--out", str(tmp_path / "o"))

@@ -114,7 +114,8 @@ def in_python_terms(message: str) -> str:
 def _plan(spec: Any, *, out, scale, model, all_nodes, resume) -> tuple["Plan", Path]:
     """The plan and run directory, read as ``biaslab run`` reads its arguments."""
     from biaslab.experiments.plan import make_plan
-    from biaslab.experiments.spec import ExperimentSpec, load_spec, spec_from_dict
+    from biaslab.experiments.spec import (ExperimentSpec, load_spec, refuse_imported_protocol,
+                                          spec_from_dict)
 
     if isinstance(spec, (str, Path)) and Path(spec).is_dir():
         return _recorded(Path(spec), out=out, scale=scale, model=model, all_nodes=all_nodes,
@@ -130,6 +131,7 @@ def _plan(spec: Any, *, out, scale, model, all_nodes, resume) -> tuple["Plan", P
     else:
         raise UserError(f"biaslab.run needs a spec file, a spec dict, an ExperimentSpec or a "
                         f"run directory, got {type(spec).__name__}")
+    refuse_imported_protocol(loaded, "spec")
     plan = make_plan(loaded, models=[model] if model else None, all_nodes=all_nodes)
     if model and plan.node_models:
         kept = ", ".join(f"{node} → {m.label}" for node, m in sorted(plan.node_models.items()))

@@ -20,7 +20,7 @@ from biaslab.errors import UserError
 
 __all__ = ["ExperimentSpec", "RunSettings", "ConditionSettings", "NodeSettings", "FromTurn",
            "MitigationSettings", "SwapGroups",
-           "load_spec",
+           "load_spec", "refuse_imported_protocol", "IMPORTED_PROTOCOL",
            "spec_from_dict", "read_toml", "looks_secret"]
 
 MAX_SEED = 2**32 - 1
@@ -308,11 +308,28 @@ def read_toml(path: str | Path, what: str = "spec") -> dict[str, Any]:
         raise UserError(f"{what} {path} is nested too deeply to be a spec") from None
 
 
+IMPORTED_PROTOCOL = "imported-traces"
+"""The protocol of a run `biaslab import traces` writes (`biaslab.graphs.imported_traces`
+registers it under this name; spec loading cannot import the graphs)."""
+
+
+def refuse_imported_protocol(spec: ExperimentSpec, where: str) -> None:
+    """A spec someone wrote (or copied from an imported run) naming ``imported-traces``: one
+    line, before any work. That protocol's runs come only from ``biaslab import traces``,
+    whose cells are recorded conversations, not runs of a graph."""
+    if spec.protocol == IMPORTED_PROTOCOL:
+        raise UserError(f"{where}: protocol '{IMPORTED_PROTOCOL}' is not run from a spec: its "
+                        "runs are written by biaslab import traces FILE --out RUN (see "
+                        "docs/traces.md); to run the app on traced items, write an app audit "
+                        "spec whose items name the trace file")
+
+
 def load_spec(path: str | Path, *, scale: str | None = None) -> ExperimentSpec:
     """Read a TOML spec; every problem is one line naming the file."""
     path = Path(path)
     data = read_toml(path)
     spec = spec_from_dict(data, scale=scale, where=str(path))
+    refuse_imported_protocol(spec, str(path))
     # Paths in a spec are relative to the spec file, so a run can be replayed from anywhere.
     base = path.parent
 
