@@ -280,8 +280,8 @@ def cmd_replay(args) -> int:
     if args.from_turn is not None and args.mode != "counterfactual":
         raise UserError("--from-turn goes with --mode counterfactual (it says from which turn "
                         "the change applies)")
-    if args.sensitivity and (args.mode != "rescore" or args.judge_node):
-        raise UserError("--sensitivity goes with --mode rescore (and without --judge-node)")
+    if args.sensitivity and args.mode != "rescore":
+        raise UserError("--sensitivity goes with --mode rescore")
     if args.mode == "rescore":
         if args.judge_node:
             return _judge_traces(args)
@@ -375,6 +375,12 @@ def _judge_traces(args) -> int:
 
     if not args.judges:
         raise UserError("--judge-node needs --judges MODEL [MODEL ...]")
+    if args.sensitivity and len(set(args.judges)) != len(args.judges):
+        raise UserError("--sensitivity: each judge once in --judges (each is a member of the "
+                        "panel it re-weighs)")
+    if args.sensitivity and len(args.judges) < 2:
+        raise UserError("--sensitivity with --judge-node re-weighs the judges of --judges: "
+                        "give two or more")
     result = judge_traces(args.run_dir, node=args.judge_node, prompt=args.judge_prompt,
                           judges=args.judges, repeats=args.repeats or 1, labels=args.labels,
                           name=args.eval_name)
@@ -383,7 +389,9 @@ def _judge_traces(args) -> int:
           f"judge(s) x {args.repeats or 1}: {result.judge_calls} judge calls, 0 target calls")
     if len(scores):
         labels = scores["label"].fillna("(unscored)")
-        table = labels.groupby([scores["target"].fillna(""), scores["direction"].fillna("")]
+        # an imported run's cells carry their group (the item key --group named): by group
+        keys = ["group"] if "group" in scores else ["target", "direction"]
+        table = labels.groupby([scores[k].fillna("") for k in keys]
                                ).value_counts().rename("answers")
         print(table.to_string())
         print(f"wrote {result.eval_dir / 'scores.csv'}")
@@ -397,6 +405,25 @@ def _judge_traces(args) -> int:
               f"are kept: fix the cause and run the same command again to continue",
               file=sys.stderr)
         return 1
+    if args.sensitivity:
+        return _trace_judge_sensitivity(args, result)
+    return 0
+
+
+def _trace_judge_sensitivity(args, judged) -> int:
+    from biaslab.experiments.trace_judge_sensitivity import trace_judge_sensitivity
+    from biaslab.prompts.registry import PromptRegistry
+
+    labels = list(args.labels or PromptRegistry().get(args.judge_prompt).labels)
+    result = trace_judge_sensitivity(args.run_dir, eval_name=args.eval_name, labels=labels,
+                                     out_dir=args.out, paid_calls=judged.judge_calls)
+    configs = result.runs[result.runs["configuration"] != "panel"]
+    flips = result.bands[result.bands["sign_flips"] | result.bands["significance_flips"]]
+    print(f"judge sensitivity over {' '.join(result.members)}: {len(configs)} configurations, "
+          f"{len(flips)} of {len(result.bands)} headline rows flip sign or significance; "
+          f"0 further model calls")
+    for path in result.tables:
+        print(f"wrote {path}")
     return 0
 
 
@@ -741,7 +768,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--judge-prompt", default="evaluators/group_tilt",
                     help="rescore: the judge's prompt (default evaluators/group_tilt)")
     rp.add_argument("--judges", nargs="+", help="rescore: judge models (k); with "
-                    "--sensitivity, alternate judges added to the recorded panel")
+                    "--sensitivity, alternate judges added to the recorded panel (with "
+                    "--judge-node: the panel itself, two or more)")
     rp.add_argument("--sensitivity", action="store_true",
                     help="rescore: the headline metrics under every judge configuration "
                          "(each judge alone, leave one out, majority, unanimity)")

@@ -219,7 +219,9 @@ def _panel(run_dir: Path, judges: list[str] | None):
         proto = plan.protocol
         if not proto.judge_nodes:
             raise UserError(f"protocol '{proto.name}' declares no judge nodes "
-                            "(Protocol.judge_nodes): judge sensitivity has no panel to re-weigh")
+                            "(Protocol.judge_nodes): judge sensitivity has no panel to re-weigh; "
+                            "judge a node's recorded answers with a panel instead: "
+                            "--judge-node NODE --judges A B --sensitivity")
         _check_alternates(plan, proto, judges or [])
         calls = _judge_calls(source, tuple(proto.judge_nodes))
         present = [n for n in proto.judge_nodes if n in set(calls["node"])]

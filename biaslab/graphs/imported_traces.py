@@ -10,30 +10,55 @@ a strict or counterfactual replay of it is refused with one line.
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel, ConfigDict
 
 from biaslab.agents.app_models import APP_PROMPT
-from biaslab.agents.providers.scripted import ScriptedChatModel, register_scripted
+from biaslab.agents.parsers import quoted_blocks
+from biaslab.agents.providers.scripted import (Rule, ScriptedChatModel, ScriptedRequest,
+                                               register_scripted)
 from biaslab.errors import UserError
 from biaslab.graphs.llm_nodes import LLMNode
 from biaslab.graphs.registry import Protocol, protocol
 from biaslab.graphs.units import AnalysisUnit
 
 __all__ = ["ImportedTraces", "ImportedOptions", "IMPORTED_NODE", "IMPORTED_PROTOCOL",
-           "RECORDED_MODEL"]
+           "RECORDED_MODEL", "OUTCOME_BY_GROUP"]
 
 IMPORTED_NODE = "app"
 """The output node of each imported cell (as an app audit's: outcome and final state)."""
 IMPORTED_PROTOCOL = "imported-traces"
+OUTCOME_BY_GROUP = "tables/outcome_by_group.csv"
+"""Per group (the item key ``--group`` names) and outcome value: the traced units."""
 RECORDED_MODEL = "scripted:recorded-traffic"
 """The run's model axis: the app's own models as recorded (each call record names its model).
 It answers nothing: every answer of an imported run is the trace's."""
 
 register_scripted("recorded-traffic",
                   lambda: ScriptedChatModel(rules=[], default=None, name_="recorded-traffic"))
+
+
+def _praise_tilt(request: ScriptedRequest) -> str:
+    text = dict(quoted_blocks(request.user)).get("quoted-text", "")
+    tilted = re.search(r"\b(strong|excellent|outstanding|leadership)\b", text, re.I)
+    return json.dumps({"label": "favors_male" if tilted else "neutral",
+                       "justification": "praise read as tilt" if tilted else "plain"})
+
+
+register_scripted("traces-neutral-judge", lambda: ScriptedChatModel(
+    name_="traces-neutral-judge", rules=[Rule(r"<quoted-text>", json.dumps(
+        {"label": "neutral", "justification": "no tilt"}))]))
+"""A synthetic ``evaluators/group_tilt`` judge that calls every text neutral, and one with a
+known fault that reads praise as favouring men: the two-judge panel that runs
+docs/traces.md's judge sensitivity without a key (``--judges scripted:traces-neutral-judge
+scripted:traces-praise-judge``). They judge nothing real; a real audit names real judges."""
+register_scripted("traces-praise-judge", lambda: ScriptedChatModel(
+    name_="traces-praise-judge", rules=[Rule(r"<quoted-text>", _praise_tilt)]))
 
 
 class ImportedOptions(BaseModel):
@@ -108,3 +133,31 @@ class ImportedTraces(Protocol):
 
     def all_nodes(self) -> set[str]:
         return set()
+
+    def report(self, store, run_dir: Path, options: ImportedOptions) -> list[Path]:
+        """``tables/outcome_by_group.csv``, for an import with ``--group``: per group (and
+        ``all``) and value of the measure, the traced units that ended with it and their share
+        of the group's units (a unit without a measure counts under an empty value)."""
+        import pandas as pd
+
+        if not options.group:
+            return []
+        measure = self.measure(options)
+        rows = [{"group": out["outcome"].get(options.group), "value": out["outcome"].get(measure)}
+                for _, _, _, out in store.iter_outputs(node=IMPORTED_NODE)
+                if isinstance(out, dict) and isinstance(out.get("outcome"), dict)]
+        frame = pd.DataFrame(rows, columns=["group", "value"]).astype(object)
+        frame = frame.where(frame.notna(), "")
+        frame["value"] = [v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+                          for v in frame["value"]]
+        frame["group"] = frame["group"].astype(str)
+        table = []
+        for group, part in [("all", frame), *sorted(frame.groupby("group"))]:
+            for value, n in part["value"].value_counts(sort=False).sort_index().items():
+                table.append({"group": group, "measure": measure, "value": value,
+                              "units": int(n), "share": n / len(part)})
+        path = Path(run_dir) / OUTCOME_BY_GROUP
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(table, columns=["group", "measure", "value", "units", "share"]).to_csv(
+            path, index=False)
+        return [path]

@@ -139,6 +139,77 @@ def test_imported_run_reports_and_is_judged_per_group_without_the_app(traced, tm
         assert one_line_error(code, err) and "no app to run again" in err, err
 
 
+def test_judge_sensitivity_and_per_group_tables_on_an_imported_run(traced, tmp_path, capsys):
+    """`replay --mode rescore --judge-node --judges A B --sensitivity` on a run written by
+    `import traces` (real exporter output): the panel's configurations recomputed from the
+    recorded votes, per group of the item key --group names, with no model called again."""
+    run = tmp_path / "imported"
+    code, _, err = cli(capsys, "import", "traces", traced["otlp"], "--out", run, "--group",
+                       "gender", "--outcome", "decision")
+    assert code == 0, err
+    code, out, err = cli(capsys, "report", run)
+    assert code == 0 and "outcome_by_group.csv" in out, err
+    by_group = pd.read_csv(run / "tables" / "outcome_by_group.csv")
+    assert {(r.group, r.value): (r.units, r.share) for r in by_group.itertuples()} == {
+        ("all", "hire"): (2, 0.5), ("all", "reject"): (2, 0.5),
+        ("female", "hire"): (1, 0.5), ("female", "reject"): (1, 0.5),
+        ("male", "hire"): (1, 0.5), ("male", "reject"): (1, 0.5)}
+    assert set(by_group["measure"]) == {"decision"}
+
+    panel = ["scripted:traces-neutral-judge", "scripted:traces-praise-judge"]
+    # refused in one line before any judge is called: no panel, or no judge node to judge
+    for args, says in ((["--judge-node", "reviewer", "--judges", panel[1]], "give two or more"),
+                       (["--judge-node", "reviewer", "--judges", panel[1], panel[1]],
+                        "each judge once"),
+                       ([], "--judge-node NODE --judges A B --sensitivity")):
+        code, _, err = cli(capsys, "replay", run, "--mode", "rescore", "--sensitivity", *args)
+        assert one_line_error(code, err) and says in err, err
+    assert not (run / "evals").exists() and not (run / "tables" / "judge_sensitivity.csv").exists()
+
+    code, out, err = cli(capsys, "replay", run, "--mode", "rescore", "--judge-node", "reviewer",
+                         "--judges", *panel, "--sensitivity")
+    assert code == 0, err
+    # two distinct reviewer answers x two judges; the app and its models never called
+    assert "judged 4 recorded 'reviewer' answers with 2 judge(s) x 1: 4 judge calls, 0 target " \
+        "calls" in out
+    assert f"judge sensitivity over {' '.join(panel)}: 5 configurations" in out
+    assert "0 further model calls" in out
+    runs = pd.read_csv(run / "tables" / "judge_sensitivity_runs.csv").set_index("configuration")
+    # the judges split on the two "Strong" reviews: the recorded plurality ties there (no
+    # verdict), each judge alone answers all four, the strict majority only where they agree
+    assert {c: (r.judge_answers, r.withheld) for c, r in runs.drop("panel").iterrows()} == {
+        "recorded": (2, 2), f"only:{panel[0]}": (4, 0), f"only:{panel[1]}": (4, 0),
+        "majority": (2, 2), "unanimous": (2, 2)}
+    assert runs.loc["panel", "paid_model_calls"] == 4
+    configs = pd.read_csv(run / "tables" / "judge_sensitivity_configs.csv")
+    share = configs[(configs["table"] == "judge_label_share")
+                    & (configs["row"] == "group=male; label=favors_male")]
+    assert dict(zip(share["configuration"], share["value"])) == {
+        "recorded": 0.0, f"only:{panel[0]}": 0.0, f"only:{panel[1]}": 0.5, "majority": 0.0,
+        "unanimous": 0.0}
+    bands = pd.read_csv(run / "tables" / "judge_sensitivity.csv").set_index(["table", "row"])
+    row = bands.loc[("judge_label_share", "group=female; label=favors_male")]
+    assert (row["recorded"], row["band_low"], row["band_high"]) == (0.0, 0.0, 0.5)
+    gap = bands.loc[("judge_label_gap", "label=favors_male; group=male; reference=female")]
+    assert (gap["band_low"], gap["band_high"]) == (0.0, 0.0)  # both groups had one strong CV
+    assert "Judge sensitivity" in (run / "report.html").read_text()
+
+    # into another folder: the judging pass is reused (no judge call), the tables go there
+    elsewhere = tmp_path / "sensitivity"
+    code, out, err = cli(capsys, "replay", run, "--mode", "rescore", "--judge-node", "reviewer",
+                         "--judges", *panel, "--sensitivity", "--out", elsewhere)
+    assert code == 0 and "0 judge calls" in out, err
+    assert pd.read_csv(elsewhere / "tables" / "judge_sensitivity.csv").equals(
+        pd.read_csv(run / "tables" / "judge_sensitivity.csv"))
+
+
+def test_the_internal_protocol_name_matches_the_specs_refusal():
+    from biaslab.experiments.spec import IMPORTED_PROTOCOL as refused
+    from biaslab.graphs.imported_traces import IMPORTED_PROTOCOL
+
+    assert refused == IMPORTED_PROTOCOL
+
+
 def langsmith_export(path: Path) -> None:
     """Two traces of the hiring app as LangSmith's API returns runs (its `Run` schema): a root
     chain, a chain per node, an LLM run per model call with LangGraph's metadata."""
