@@ -118,7 +118,8 @@ def _run_page(page: Path, tmp: Path) -> list[str]:
 
 def test_the_pages_with_commands_are_found():
     names = {str(p.relative_to(DOCS)) for p in PAGES}
-    assert {"running.md", "replay.md", "compose.md", "viewer.md", "models.md"} <= names, names
+    assert {"running.md", "replay.md", "compose.md", "viewer.md", "models.md", "traces.md",
+            "audit.md"} <= names, names
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(DOCS)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -18,7 +19,10 @@ from biaslab.cli import main
 from biaslab.traces.imported import read_trace_file
 from biaslab.traces.store import RunStore
 
-import traced_hiring_app
+EXAMPLE = Path(__file__).resolve().parents[2] / "experiments" / "examples" / "traces"
+# the example's app, which wrote hiring_spans.otlp.jsonl, is the app traced here
+sys.path.insert(0, str(EXAMPLE))
+import traced_hiring_app  # noqa: E402
 
 otel_sdk = pytest.importorskip("opentelemetry.sdk.trace")
 pytest.importorskip("openinference.instrumentation.langchain")
