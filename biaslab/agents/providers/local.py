@@ -57,9 +57,9 @@ slots) for throughput, at the price of answers that depend on call order and con
 two modes use separate servers, so they never share a batch.
 
 Threads and servers (issue 48). Each server runs llama.cpp on ONE thread, with fixed batch
-sizes (``N_BATCH``/``N_UBATCH``), and there is one server per core this process may use
-(``os.sched_getaffinity``, at most 8; ``instances`` or ``BIASLAB_LOCAL_INSTANCES`` to change it).
-Why:
+sizes (``N_BATCH``/``N_UBATCH``), and there are up to three servers per core this process may
+use (``os.sched_getaffinity``; at most 8; ``instances`` or ``BIASLAB_LOCAL_INSTANCES`` to
+change it), loaded only when calls queue. Why:
   * Load. llama.cpp's threads spin-wait at barriers, so with 2 threads on 2 cores that other
     programs also used, a call fell to a few tokens a second (5-30 tokens/s, against 40-60 on
     1 thread; ~58 idle): the demo's amplification job had 1 call back in 13 minutes beside
@@ -73,8 +73,15 @@ Why:
     identity and cache key (`ModelSpec.identity`), so a cache written under one count never
     answers a run under another. The number of servers changes nothing: in deterministic mode
     each call is computed alone on one of several identical servers.
+  * Share of a busy machine. Linux shares a core among runnable threads, so beside four
+    CPU-bound programs two compute threads get 2/6 of two cores: a job 3x slower than idle
+    (`make demo` measured 3.0-3.4x per job). Six single-threaded servers get 6/10, about 1.7x
+    (where the kernel's autogroups give each terminal session an equal share instead, the
+    count makes no difference there). On idle cores the extra servers only take turns: the
+    CPU per call of 6 servers and of 2 differed by less than the machine's noise (0.76-0.85 s
+    against 0.78-0.82 s), with the same answers (`bench/local_servers.py`).
   * Memory. A SmolLM2 server holds the model (~90 MB) and its KV cache (~190 MB at n_ctx 8192);
-    two servers add ~0.3 GB to the process.
+    each server added costs ~0.3 GB, and is loaded only when a call finds every other busy.
 
 Timeouts. ``timeout_s`` (the model table's, passed by `build_chat_model`) starts when the call
 has a server; the gateway does not time local calls itself, because its timeout counted the
@@ -183,9 +190,9 @@ class _Pool:
     """Up to `size` identical llama.cpp servers, each computing at most `capacity` calls at once.
 
     Deterministic mode gives each server one call at a time (``capacity`` 1), so every call is
-    computed alone and from scratch; with one single-threaded server per usable core, two
-    calls decode at once on 2 cores and no llama.cpp thread waits at a barrier for a core that
-    another program holds. Servers are loaded on demand: a second one only when a call finds
+    computed alone and from scratch; with single-threaded servers (three per usable core), two
+    calls or more decode at once on 2 cores and no llama.cpp thread waits at a barrier for a
+    core that another program holds. Servers are loaded on demand: a second one only when a call finds
     the first busy, so a run that makes one call at a time pays for one.
 
     Requests are streamed, so that a cancelled call stops at its next token: llama.cpp
@@ -405,8 +412,13 @@ def threads_default() -> int:
     return 1 if value is None else value
 
 
+SERVERS_PER_CORE = 3
+"""Servers per usable core: more single-threaded servers than cores keep the embedded model's
+share of a machine that other programs keep busy (module doc, "Share of a busy machine")."""
+
+
 def instances_default() -> int:
-    """Env ``BIASLAB_LOCAL_INSTANCES``; unset → the cores this process may use (at most 8).
+    """Env ``BIASLAB_LOCAL_INSTANCES``; unset → three per core this process may use (at most 8).
 
     How many servers compute calls side by side. In deterministic mode it changes no answer
     (each call is computed alone on one of identical servers), so it is not in the identity."""
@@ -417,7 +429,7 @@ def instances_default() -> int:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         cores = os.cpu_count() or 1
-    return max(1, min(cores, 8))
+    return max(1, min(SERVERS_PER_CORE * cores, 8))
 
 
 def default_model_path() -> str:
@@ -561,7 +573,7 @@ class LocalChatModel(BaseChatModel):
         n_threads: CPU threads per server; None → env ``BIASLAB_LOCAL_THREADS`` → 1. The count
             changes answers, so it is fixed rather than fitted to the machine (module doc).
         instances: servers computing calls side by side; None → env
-            ``BIASLAB_LOCAL_INSTANCES`` → the usable cores (at most 8). Loaded on demand.
+            ``BIASLAB_LOCAL_INSTANCES`` → three per usable core (at most 8). Loaded on demand.
         timeout_s: a call's own time limit once it has a server (None: none). Waiting for a
             server is not counted: a queue is not a failure.
         temperature, max_tokens, seed, top_p, top_k: sampling defaults, overridable per call.
@@ -614,7 +626,7 @@ class LocalChatModel(BaseChatModel):
         return self.n_threads or threads_default()
 
     def resolved_instances(self) -> int:
-        """``instances`` → env ``BIASLAB_LOCAL_INSTANCES`` → the usable cores (at most 8)."""
+        """``instances`` → env ``BIASLAB_LOCAL_INSTANCES`` → three per usable core (at most 8)."""
         return self.instances or instances_default()
 
     def resolved_deterministic(self) -> bool:
