@@ -377,7 +377,7 @@ def _strip_echo(body: str) -> str:
 
 _WITHDRAW = re.compile(
     r"(?:^|\n|\(|[.!?]\s)\s*i\s+(?:cannot|can't|can\s*not|will\s+not|won't)\s+(?:make\s+(?:a|any)\s+(?:\w+\s+)?"
-    r"choice|choose|answer\s+this|provide\s+a\s+response)|(?:^|\n|\(|[.!?]\s)\s*can't\s+decide\b",
+    r"choice|choose|answer\s+this|provide\s+a\s+(?:definitive\s+)?(?:response|answer))|(?:^|\n|\(|[.!?]\s)\s*can't\s+decide\b",
     re.I)
 _REAFFIRM = re.compile(r"\b(?:i'm\s+choosing|i\s+am\s+choosing|i\s+chose|i\s+(?:would\s+|will\s+)?"
                        r"choose\s+(?:option\s+)?\(?[A-Z]\b|i\s+have\s+to\s+make\s+a\s+choice|"
@@ -421,7 +421,7 @@ def _opening_pick(body: str, opening: re.Match, options: Sequence[tuple[str, str
 
 
 _FINAL_LETTER = re.compile(r"\b(?i:would\s+be|i\s+will\s+choose|i'll\s+choose|your\s+choice|"
-                           r"my\s+answer(?:\s+is)?|answer\s+is|i\s+would\s+say)\s*:?[\s\"']*"
+                           r"my\s+answer(?:\s+is)?|answer\s+is|i\s+would\s+say)\s*[.:]?[\s\"']*"
                            r"\(?([A-Z])\)")
 
 
