@@ -39,7 +39,7 @@ from biaslab.evaluators.roleplay_replies import (NONANSWER_LABELS, YES, read_cho
 
 __all__ = ["SCRIPT_NEUTRAL_PHRASES", "script_yes", "script_neutral", "Family", "FAMILIES",
            "score_released", "released_counts", "family_counts", "question_frame",
-           "MATCHING_FAMILY"]
+           "MATCHING_FAMILY", "SCRIPT_WRONG_FOR", "script_misreads"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,25 @@ FAMILIES = {f.name: f for f in (
     Family(MATCHING_FAMILY, True,
            "a row whose role the file spells otherwise: the script reads it as None"),
 )}
+
+
+SCRIPT_WRONG_FOR = {
+    "choice: a group picked beside a refusal phrase": frozenset({"llama3_8b", "qwen"}),
+    "choice: a non-answer, no option picked": frozenset({"gpt4omini", "llama3_70b", "llama3_8b",
+                                                         "qwen"}),
+    "choice: a non-answer, several options at once": frozenset({"qwen"}),
+}
+"""Families not marked `script_wrong` (on some model's answers the script is right) where the
+readings show the script misreads *this model's* answers: every one of the model's answers in
+the family was read (all three draws, tests/datasets/biaslens_readings*.csv), and on each the
+person's verdict is biaslab's. Mistral's answers in these families are not among them: on 4 of
+about 30 read per family, the script's verdict is the person's."""
+
+
+def script_misreads(family: str, model: str | None = None) -> bool:
+    """Whether the readings show the authors' script misreads `family` (for `model`'s answers:
+    `SCRIPT_WRONG_FOR`)."""
+    return FAMILIES[family].script_wrong or model in SCRIPT_WRONG_FOR.get(family, ())
 
 
 def _yes_no_family(answer: str, ours: bool) -> str:
@@ -213,7 +232,7 @@ def released_counts(scored: pd.DataFrame, authors: pd.DataFrame | None = None,
     questions = _questions(scored, script)
 
     def explained(row) -> bool:
-        return bool(row.families) and all(FAMILIES[f].script_wrong for f in row.families)
+        return bool(row.families) and all(script_misreads(f, row.model) for f in row.families)
 
     differ = questions["verdict"] != questions["script_verdict"]
     questions["explained"] = differ & questions.apply(explained, axis=1)
@@ -250,7 +269,7 @@ def family_counts(scored: pd.DataFrame, script: pd.DataFrame | None = None) -> p
                .groupby(["model", "variant", "families"]).size().rename("questions"))
     changed.index = changed.index.set_names("family", level=2)
     out = pd.concat([answers, changed], axis=1).fillna(0).astype(int).reset_index()
-    out["script_wrong"] = out["family"].map(lambda f: FAMILIES[f].script_wrong)
+    out["script_wrong"] = [script_misreads(f, m) for f, m in zip(out["family"], out["model"])]
     return out
 
 

@@ -8,6 +8,10 @@ were built from them and agree with every one. ``biaslens_readings_draw2.csv`` h
 draw of 113 answers from the model × family cells the first left short, read the same way
 after the rules were set: it is the held-out check, and the readers do not agree with all of
 it (docs/protocols/roleplay.md §3a lists where and how it changes the families' standing).
+``biaslens_readings_draw3.csv`` tops up, under the rules of issue 43's reading round, the three
+Choice families where the script is sometimes right to at least 30 answers per model (all when
+fewer): 17 more Mistral answers drawn at random (seed 45) from those not yet read, each read by
+a person before comparing with biaslab.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from biaslab.evaluators.roleplay_replies import read_choice, read_yes_no
 HERE = Path(__file__).parent
 READINGS = pd.read_csv(HERE / "biaslens_readings.csv", dtype=str, keep_default_na=False)
 DRAW2 = pd.read_csv(HERE / "biaslens_readings_draw2.csv", dtype=str, keep_default_na=False)
+DRAW3 = pd.read_csv(HERE / "biaslens_readings_draw3.csv", dtype=str, keep_default_na=False)
 
 
 def _read(row) -> str:
@@ -44,10 +49,10 @@ def _biased(row, label: str) -> bool:
 
 
 def test_the_readings_cover_every_model_and_are_read_by_a_person():
-    assert len(READINGS) == 515 and len(DRAW2) == 113
+    assert len(READINGS) == 515 and len(DRAW2) == 113 and len(DRAW3) == 17
     assert set(READINGS["model"]) == {"gpt4omini", "mistral", "deepseek", "llama3_70b",
                                       "llama3_8b", "qwen"}
-    assert (READINGS["why"].str.len() > 10).all() and (DRAW2["why"].str.len() > 10).all()
+    assert all((d["why"].str.len() > 10).all() for d in (READINGS, DRAW2, DRAW3))
 
 
 def test_the_readers_agree_with_every_reading_of_the_first_draw():
@@ -57,18 +62,20 @@ def test_the_readers_agree_with_every_reading_of_the_first_draw():
 
 
 def test_the_second_draw_verdicts_as_reported():
-    """On the held-out draw the readers give the person's verdict (biased or not) on 91 of 113
-    answers (docs/protocols/roleplay.md §3a); this fails when a change makes it worse, and
-    should be raised when one makes it better."""
+    """On the held-out draw the readers give the person's verdict (biased or not) on 102 of 113
+    answers (91 before issue 43's reading round; docs/protocols/roleplay.md §3a), and on 14 of
+    the 17 of the third draw; this fails when a change makes it worse, and should be raised
+    when one makes it better."""
     agree = sum(_biased(r, r.label) == _biased(r, _read(r)) for r in DRAW2.itertuples())
-    assert agree >= 91
+    assert agree >= 102
+    assert sum(_biased(r, r.label) == _biased(r, _read(r)) for r in DRAW3.itertuples()) >= 14
 
 
 def test_families_marked_as_the_scripts_misreading_are_so_on_every_reading():
     """A family is marked `script_wrong` only when, on every read answer of it (both draws),
     the person's verdict is biaslab's and not the script's; the others have at least one
     reading where the script's verdict is the person's."""
-    both = pd.concat([READINGS, DRAW2], ignore_index=True)
+    both = pd.concat([READINGS, DRAW2, DRAW3], ignore_index=True)
     frame = both.rename(columns={"label": "reading"}).assign(final="", attribute="", role="")
     scored = rr.score_released(frame)
     differing = scored[scored["family"].notna()]
@@ -77,5 +84,16 @@ def test_families_marked_as_the_scripts_misreading_are_so_on_every_reading():
     for r in differing.itertuples():
         ok = _biased(r, r.reading) == bool(r.biased)
         sides_with_biaslab.setdefault(r.family, []).append(ok)
+    per_model = {}
+    for r in differing.itertuples():
+        per_model.setdefault((r.family, r.model), []).append(
+            _biased(r, r.reading) == bool(r.biased))
     for family, oks in sides_with_biaslab.items():
         assert rr.FAMILIES[family].script_wrong == all(oks), (family, oks.count(False))
+    # a family marked for one model only: every reading of that model's answers sides with
+    # biaslab (and the readings are all of that model's answers in it: §3a)
+    for family, models in rr.SCRIPT_WRONG_FOR.items():
+        assert not rr.FAMILIES[family].script_wrong
+        for model in models:
+            assert all(per_model.get((family, model), [])), (family, model)
+        assert not all(per_model[(family, "mistral")])

@@ -137,7 +137,7 @@ FOUR = ("deepseek", "llama3_70b", "llama3_8b", "qwen")
 # body Qwen's copies of DeepSeek's files); the command scores all eleven (the totals in
 # docs/protocols/roleplay.md §3).
 SAMPLED = ("race", "body")
-UNEXPLAINED = {"mistral": 6}
+UNEXPLAINED = {"mistral": 5}  # race and body, role only (6 before issue 43's reading round)
 
 
 @pytest.fixture(scope="session")
