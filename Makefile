@@ -11,7 +11,9 @@ setup: $(VENV)/.installed
 # machine next month gets what the tests passed with; `make lock` records .venv anew.
 LOCK = constraints.txt
 
-$(VENV)/.installed: pyproject.toml Makefile $(LOCK)
+# scripts/biaslab (the `biaslab` command's launcher) is copied into .venv/bin even by the
+# editable install, so a change to it installs again.
+$(VENV)/.installed: pyproject.toml Makefile $(LOCK) scripts/biaslab
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c $(LOCK) -e '.[test]'

@@ -26,10 +26,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=50, help="tries per verb (default 50)")
     parser.add_argument("--window", type=float, default=3.0, help="seconds (default 3)")
+    parser.add_argument("--from", dest="from_s", type=float, default=0.0,
+                        help="earliest moment, seconds (default 0)")
+    parser.add_argument("--verbs", default="run,report,export", help="comma-separated")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="biaslab-ctrl-c-") as root:
-        tries = support_ctrl_c.loop(Path(root), args.runs, window_s=args.window, seed=args.seed)
+        tries = support_ctrl_c.loop(Path(root), args.runs, window_s=args.window, seed=args.seed,
+                                   verbs=args.verbs.split(","), from_s=args.from_s)
     counts = collections.Counter()
     for t in tries:
         kind = ("finished first" if t.finished_first

@@ -149,12 +149,14 @@ def interrupt_once(verb: str, argv: list[str], at_s: float, root: Path, n: int) 
 
 
 def loop(root: Path, runs: int, *, window_s: float = 3.0, seed: int = 0,
-         verbs=("run", "report", "export")) -> list[Try]:
-    """`runs` tries per verb at uniform random moments of its first `window_s` seconds."""
+         verbs=("run", "report", "export"), from_s: float = 0.0) -> list[Try]:
+    """`runs` tries per verb at uniform random moments of its first `window_s` seconds (from
+    `from_s` on)."""
     argvs = prepare(root)
     draw = random.Random(seed)
     tries = []
     for n in range(runs):
         for verb in verbs:
-            tries.append(interrupt_once(verb, argvs[verb], draw.uniform(0, window_s), root, n))
+            tries.append(interrupt_once(verb, argvs[verb], draw.uniform(from_s, window_s),
+                                        root, n))
     return tries
