@@ -14,16 +14,17 @@ half-imported extension module is finalised. After the command returns, the same
 covers the interpreter's exit (joining worker threads, flushing), for the same reasons.
 
 The interpreter's own start, before it runs the console script's first import (about 20 ms
-on an idle machine, 50-300 ms under load), is beyond any Python code: SIGINT's disposition is
-the default there (death by the signal), then Python's own handler (a traceback from inside
-`site` or an import). So the ``biaslab`` command is a launcher, scripts/biaslab, that starts
-the Python entry point ``_biaslab`` (this module's `main`) with SIGINT *blocked* (GNU env's
-``--block-signal``): CPython leaves the signal mask as it finds it, a Ctrl-C during its start
-stays pending, and this module unblocks SIGINT right after `_quit` is in place, so a pending
-Ctrl-C is answered at that moment with the same line and exit 130. What remains open is the
-launcher's own start (the shell's, before its trap, and env's, before it blocks the signal:
-well under a millisecond each idle); ``python -m biaslab`` and ``_biaslab`` run directly keep
-the interpreter's start open.
+on an idle machine, tens to hundreds under load), is beyond any Python code: SIGINT's
+disposition is the default there (death by the signal), then Python's own handler (a
+traceback from inside `site` or an import). So the ``biaslab`` command is a launcher,
+scripts/biaslab, that starts the Python entry point ``_biaslab`` (this module's `main`) with
+SIGINT *blocked* (GNU env's ``--block-signal``): CPython leaves the signal mask as it finds
+it, a Ctrl-C during its start stays pending, and this module unblocks SIGINT right after
+`_quit` is in place, so a pending Ctrl-C is answered at that moment with the same line and
+exit 130. What remains open is the launcher's own start (the shell's, before its trap, and
+env's, before it blocks the signal: about 1.2 ms together at load 6 on two cores,
+bench/results.md). ``python -m biaslab``, ``_biaslab`` run directly, and the launcher where
+env has no ``--block-signal`` leave the interpreter's start open as before.
 """
 
 from __future__ import annotations
