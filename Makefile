@@ -12,8 +12,10 @@ setup: $(VENV)/.installed
 LOCK = constraints.txt
 
 # uv installs the same locked versions as pip, in a quarter of the time (~15 s instead of ~60 s
-# on 2 cores): it is the first thing `make demo` and `make test` wait for.
-$(VENV)/.installed: pyproject.toml Makefile $(LOCK)
+# on 2 cores): it is the first thing `make demo` and `make test` wait for. scripts/biaslab (the
+# `biaslab` command's launcher) is copied into .venv/bin even by the editable install, so a
+# change to it installs again.
+$(VENV)/.installed: pyproject.toml Makefile $(LOCK) scripts/biaslab
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c $(LOCK) uv
 	$(BIN)/uv pip install -q --python $(BIN)/python -c $(LOCK) -e '.[test]'

@@ -13,9 +13,18 @@ table), and ending without the interpreter's teardown is what avoids the crash: 
 half-imported extension module is finalised. After the command returns, the same handler
 covers the interpreter's exit (joining worker threads, flushing), for the same reasons.
 
-What no Python package can cover is the interpreter's own start, before it runs the console
-script's first import (about 20 ms on an idle machine, more under load): a Ctrl-C there ends
-the process by the signal, with no word, as it would any program.
+The interpreter's own start, before it runs the console script's first import (about 20 ms
+on an idle machine, tens to hundreds under load), is beyond any Python code: SIGINT's
+disposition is the default there (death by the signal), then Python's own handler (a
+traceback from inside `site` or an import). So the ``biaslab`` command is a launcher,
+scripts/biaslab, that starts the Python entry point ``_biaslab`` (this module's `main`) with
+SIGINT *blocked* (GNU env's ``--block-signal``): CPython leaves the signal mask as it finds
+it, a Ctrl-C during its start stays pending, and this module unblocks SIGINT right after
+`_quit` is in place, so a pending Ctrl-C is answered at that moment with the same line and
+exit 130. What remains open is the launcher's own start (the shell's, before its trap, and
+env's, before it blocks the signal: about 1.2 ms together at load 6 on two cores,
+bench/results.md). ``python -m biaslab``, ``_biaslab`` run directly, and the launcher where
+env has no ``--block-signal`` leave the interpreter's start open as before.
 """
 
 from __future__ import annotations
@@ -46,8 +55,21 @@ def _take_sigint() -> bool:
         return False
 
 
+def _unblock_sigint() -> None:
+    """Let SIGINT in. The `biaslab` launcher (scripts/biaslab) starts Python with SIGINT blocked,
+    so a Ctrl-C during the interpreter's own start-up is kept pending rather than killing the
+    process or raising inside an import; unblocked once `_quit` is in place, a pending one is
+    answered here at once. Also before any child process or thread exists, so none inherits
+    the block (llama.cpp servers, shard workers, Ray)."""
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    except (AttributeError, OSError):  # no pthread_sigmask (Windows)
+        pass
+
+
 # First of all, before any other import: this module is the console script's entry.
 _HANDLING = _take_sigint()
+_unblock_sigint()
 
 __all__ = ["main"]
 
