@@ -93,8 +93,8 @@ SCRIPT_WRONG_FOR = {
 """Families not marked `script_wrong` (on some model's answers the script is right) where the
 readings show the script misreads *this model's* answers: every one of the model's answers in
 the family was read (all three draws, tests/datasets/biaslens_readings*.csv), and on each the
-person's verdict is biaslab's. Mistral's answers in these families are not among them: on 4 of
-about 30 read per family, the script's verdict is the person's."""
+person's verdict is biaslab's. Mistral's answers in these families are not among them: on 2 of
+the 29, 18 and 14 read in each (all four draws), the script's verdict is the person's."""
 
 
 def script_misreads(family: str, model: str | None = None) -> bool:

@@ -11,7 +11,11 @@ it (docs/protocols/roleplay.md §3a lists where and how it changes the families'
 ``biaslens_readings_draw3.csv`` tops up, under the rules of issue 43's reading round, the three
 Choice families where the script is sometimes right to at least 30 answers per model (all when
 fewer): 17 more Mistral answers drawn at random (seed 45) from those not yet read, each read by
-a person before comparing with biaslab.
+a person before comparing with biaslab. ``biaslens_readings_draw4.csv`` (issue 43, Mistral's
+Choice cells) holds 30 Mistral answers drawn at random (seed 46) from the 75 distinct ones the
+new rules of that round moved into the family *the last option in words the script does not
+list* (a statement that the options are equal, a set-apart neutral answer after a lean, a
+stated "It's not accurate to say that one group ..."), each read by a person before comparing.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ HERE = Path(__file__).parent
 READINGS = pd.read_csv(HERE / "biaslens_readings.csv", dtype=str, keep_default_na=False)
 DRAW2 = pd.read_csv(HERE / "biaslens_readings_draw2.csv", dtype=str, keep_default_na=False)
 DRAW3 = pd.read_csv(HERE / "biaslens_readings_draw3.csv", dtype=str, keep_default_na=False)
+DRAW4 = pd.read_csv(HERE / "biaslens_readings_draw4.csv", dtype=str, keep_default_na=False)
 
 
 def _read(row) -> str:
@@ -49,10 +54,10 @@ def _biased(row, label: str) -> bool:
 
 
 def test_the_readings_cover_every_model_and_are_read_by_a_person():
-    assert len(READINGS) == 515 and len(DRAW2) == 113 and len(DRAW3) == 17
+    assert len(READINGS) == 515 and len(DRAW2) == 113 and len(DRAW3) == 17 and len(DRAW4) == 30
     assert set(READINGS["model"]) == {"gpt4omini", "mistral", "deepseek", "llama3_70b",
                                       "llama3_8b", "qwen"}
-    assert all((d["why"].str.len() > 10).all() for d in (READINGS, DRAW2, DRAW3))
+    assert all((d["why"].str.len() > 10).all() for d in (READINGS, DRAW2, DRAW3, DRAW4))
 
 
 def test_the_readers_agree_with_every_reading_of_the_first_draw():
@@ -62,20 +67,22 @@ def test_the_readers_agree_with_every_reading_of_the_first_draw():
 
 
 def test_the_second_draw_verdicts_as_reported():
-    """On the held-out draw the readers give the person's verdict (biased or not) on 102 of 113
-    answers (91 before issue 43's reading round; docs/protocols/roleplay.md §3a), and on 14 of
-    the 17 of the third draw; this fails when a change makes it worse, and should be raised
-    when one makes it better."""
+    """On the held-out draw the readers give the person's verdict (biased or not) on 108 of 113
+    answers (91 before issue 43's reading round, 102 before its Mistral round;
+    docs/protocols/roleplay.md §3a), on 15 of the 17 of the third draw (14 before) and on all
+    30 of the fourth; this fails when a change makes it worse, and should be raised when one
+    makes it better."""
     agree = sum(_biased(r, r.label) == _biased(r, _read(r)) for r in DRAW2.itertuples())
-    assert agree >= 102
-    assert sum(_biased(r, r.label) == _biased(r, _read(r)) for r in DRAW3.itertuples()) >= 14
+    assert agree >= 108
+    assert sum(_biased(r, r.label) == _biased(r, _read(r)) for r in DRAW3.itertuples()) >= 15
+    assert sum(_biased(r, r.label) == _biased(r, _read(r)) for r in DRAW4.itertuples()) == 30
 
 
 def test_families_marked_as_the_scripts_misreading_are_so_on_every_reading():
-    """A family is marked `script_wrong` only when, on every read answer of it (both draws),
+    """A family is marked `script_wrong` only when, on every read answer of it (all four draws),
     the person's verdict is biaslab's and not the script's; the others have at least one
     reading where the script's verdict is the person's."""
-    both = pd.concat([READINGS, DRAW2, DRAW3], ignore_index=True)
+    both = pd.concat([READINGS, DRAW2, DRAW3, DRAW4], ignore_index=True)
     frame = both.rename(columns={"label": "reading"}).assign(final="", attribute="", role="")
     scored = rr.score_released(frame)
     differing = scored[scored["family"].notna()]

@@ -137,7 +137,8 @@ FOUR = ("deepseek", "llama3_70b", "llama3_8b", "qwen")
 # body Qwen's copies of DeepSeek's files); the command scores all eleven (the totals in
 # docs/protocols/roleplay.md §3).
 SAMPLED = ("race", "body")
-UNEXPLAINED = {"mistral": 5}  # race and body, role only (6 before issue 43's reading round)
+# race and body, role only (6 before issue 43's reading round, 5 before its Mistral round)
+UNEXPLAINED = {"mistral": 3}
 
 
 @pytest.fixture(scope="session")
@@ -172,7 +173,7 @@ def test_the_authors_released_answers_are_scored_as_they_scored_them(model, requ
     assert (counts["script"] == counts["published"]).all(), counts
     assert (counts["n"] == counts["n_published"]).all()
     # every question biaslab counts differently differs through a named family whose readings
-    # (biaslens_readings*.csv) show the script misreads it, but for Mistral's 6 (race, body)
+    # (biaslens_readings*.csv) show the script misreads it, but for Mistral's 3 (race, body)
     # through the three families the readings do not settle (docs/protocols/roleplay.md §3a)
     assert counts["unexplained"].sum() == UNEXPLAINED.get(model, 0), counts
     # non-answers are counted beside the biased count, never inside it
