@@ -92,7 +92,7 @@ def run_and_report_once(root: Path, spec_text: str) -> Path:
     out = root / "run"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("BIASLAB_CACHE", str(root / "cache.sqlite"))
-        assert main(["run", str(spec), "--out", str(out), "--quiet"]) == 0
+        assert main(["run", str(spec), "--out", str(out), "--quiet", "--no-report"]) == 0
         assert main(["report", str(out)]) == 0
     return out
 

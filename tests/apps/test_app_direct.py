@@ -31,7 +31,7 @@ def audited(tmp_path_factory, production):
         loopback_only(mp)
         mp.setenv("HIRING_API_BASE", production.base_url)
         mp.setenv("BIASLAB_CACHE", str(root / "cache.sqlite"))
-        assert cli("run", SPEC, "--out", root / "run", "--quiet") == 0
+        assert cli("run", SPEC, "--out", root / "run", "--quiet", "--no-report") == 0
         assert cli("report", root / "run") == 0
         yield root
     assert production.requests == []

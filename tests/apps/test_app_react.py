@@ -107,7 +107,7 @@ def test_an_openai_compatible_endpoint_gets_the_tools_and_answers_with_tool_call
             'models = ["scripted:react-synthetic"]', 'models = ["fake"]') +
             f'\n[model_aliases.fake]\nprovider = "openai-compatible"\nmodel = "m"\n'
             f'base_url = "{server.base_url}"\n')
-        assert cli("run", spec, "--out", tmp_path / "run", "--quiet") == 0
+        assert cli("run", spec, "--out", tmp_path / "run", "--quiet", "--no-report") == 0
         assert cli("report", tmp_path / "run") == 0
         sent = [r.body for r in server.requests]
     assert all(r["tools"][0]["function"]["name"] == "lookup_record" for r in sent)

@@ -116,7 +116,7 @@ def test_cli_run_report_strict_replay_and_validator_counterfactual(tmp_path, mon
     spec = tmp_path / "aug.toml"
     spec.write_text(SPEC)
     run = tmp_path / "run"
-    assert main(["run", str(spec), "--out", str(run), "--quiet"]) == 0
+    assert main(["run", str(spec), "--out", str(run), "--quiet", "--no-report"]) == 0
     assert main(["report", str(run)]) == 0
     for name in ("table2.md", "table3.md", "validator_pass.md", "bbq_mc.md", "dr_rates.csv",
                  "exposure_effects.md", "rephrase.csv"):

@@ -110,7 +110,7 @@ def runs(tmp_path_factory):
         spec.write_text(SPEC.format(model=model))
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("BIASLAB_CACHE", str(root / f"{name}.sqlite"))
-            assert cli("run", spec, "--out", root / name, "--quiet") == 0
+            assert cli("run", spec, "--out", root / name, "--quiet", "--no-report") == 0
             assert cli("report", root / name) == 0
         out[name] = root / name
     return out

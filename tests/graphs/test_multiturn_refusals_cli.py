@@ -61,7 +61,7 @@ def run(tmp_path_factory):
     (root / "spec.toml").write_text(SPEC)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("BIASLAB_CACHE", str(root / "cache.sqlite"))
-        assert cli("run", root / "spec.toml", "--out", root / "run", "--quiet") == 0
+        assert cli("run", root / "spec.toml", "--out", root / "run", "--quiet", "--no-report") == 0
         assert cli("report", root / "run") == 0
     return root / "run"
 
