@@ -106,8 +106,7 @@ def _releases(roots: Iterable[str | Path], models: list[str] | None,
             raise UserError(f"unknown condition '{condition}' (known: "
                             f"{', '.join(ba.CONDITIONS)})")
         for root in roots:
-            found += [(root, m, condition) for m in ba.released_models(root, condition)
-                      if not models or m in models]
+            found += [(root, m, condition) for m in ba.released_models(root, condition)]
     if not found:
         where = ", ".join(str(r) for r in roots)
         raise UserError(f"no released answers (answers/<condition>/<model>/) under {where}: "
@@ -118,7 +117,7 @@ def _releases(roots: Iterable[str | Path], models: list[str] | None,
     if missing:
         raise UserError(f"--model {missing[0]}: no such released model (released: "
                         f"{', '.join(sorted(named))})")
-    return found
+    return [f for f in found if not models or f[1] in models]
 
 
 def import_biaslens(roots: list[str | Path], out: str | Path, *,

@@ -319,7 +319,8 @@ def _check_alternates(plan, proto, judges: list[str]) -> None:
 
 def judge_sensitivity(run_dir: str | Path, *, judges: list[str] | None = None,
                       progress: bool = False, concurrency: int | None = None,
-                      out_dir: str | Path | None = None) -> SensitivityResult:
+                      out_dir: str | Path | None = None,
+                      rederive: bool | None = None) -> SensitivityResult:
     """Compute and write the judge sensitivity tables of a finished run (see the module).
 
     Args:
@@ -327,6 +328,9 @@ def judge_sensitivity(run_dir: str | Path, *, judges: list[str] | None = None,
             itself is then only read. Without it they go into the run's own folder.
         judges: alternate judge models (spec strings or the run's aliases); each pays its
             judge calls once.
+        rederive: compute each configuration with `Protocol.rejudge` instead of a replay
+            (default: only for an imported run, which has no model to replay; the tests
+            compare both ways on a run that has one).
     Returns the panel's members, the tables written, what each configuration met, and the
     model calls the alternates paid.
     """
@@ -373,7 +377,7 @@ def judge_sensitivity(run_dir: str | Path, *, judges: list[str] | None = None,
             out = base / _slug(config.name.replace(":", "-"))
             if out.exists():
                 shutil.rmtree(out)  # a configuration is free: always computed afresh
-            if imported:  # no model to replay: the protocol re-derives its outputs
+            if imported if rederive is None else rederive:  # the protocol re-derives them
                 row = {"configuration": config.name, "paid_model_calls": 0}
                 try:
                     answered, withheld = _rejudged_run(run_dir, out, plan, calls, votes,
@@ -384,7 +388,7 @@ def judge_sensitivity(run_dir: str | Path, *, judges: list[str] | None = None,
                     continue
                 runs.append({**row, "judge_answers": answered, "withheld": withheld,
                              "status": "computed", "note": "re-derived from the recorded "
-                             "outputs (Protocol.rejudge): the run was imported, no replay"})
+                             "outputs (Protocol.rejudge), no replay"})
                 long += _headline_rows(out, proto.headline_tables, config.name)
                 continue
             entries, withheld, conflicts = _sheet_entries(calls, votes, config)
