@@ -267,15 +267,15 @@ def _rejudged_run(run_dir: Path, out: Path, plan, calls: pd.DataFrame,
 
 
 def _headline_reports(plan, store: RunStore, out: Path) -> None:
-    """What a re-derived configuration needs of the report: the protocol's own tables and the
-    generic exposed-vs-clean table, the files headline rows are read from (a configuration of
-    a paper-size run is then minutes, not the whole report's tens of minutes)."""
-    from biaslab.experiments.reports import protocol_report
+    """What a re-derived configuration needs of the report: the protocol's tables its headline
+    rows are read from (`protocol_headline_tables`) and the generic exposed-vs-clean table (a
+    configuration of a paper-size run is then a minute or two, not the whole report's)."""
+    from biaslab.experiments.reports.protocols import protocol_headline_tables
     from biaslab.experiments.reports.generic import exposed_vs_clean
     from biaslab.experiments.reports.units import unit_frame, unit_of
 
     proto, options = plan.protocol, plan.options
-    protocol_report(proto, store, out, options)
+    protocol_headline_tables(proto, store, out, options)
     if any(t.path == "tables/exposed_vs_clean.csv" for t in proto.headline_tables):
         (out / "tables").mkdir(parents=True, exist_ok=True)
         exposed_vs_clean(unit_frame(store, proto, options), unit_of(proto)).to_csv(
