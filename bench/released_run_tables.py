@@ -85,18 +85,19 @@ def role_table(table5: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def comparisons_table(path: Path) -> str:
+def comparisons_table(path: Path, table5: pd.DataFrame) -> str:
     frame = pd.read_csv(path)
     pooled = frame[(frame["group"] == "all") & (frame["family"] == "pooled")]
     sizes = pooled["family_size"].dropna()
     family = f"{int(sizes.max())} tests" if len(sizes) else "no test (too few pairs)"
     lines = [f"Family: {family} (the pooled rows).", "",
              "| variant | type | pairs | differ (Holm) | differ (BH) | the same after Holm | "
-             "models, most biased first |", "|---|---|---|---|---|---|---|"]
+             "models, most biased first (Table 5's rate) |", "|---|---|---|---|---|---|---|"]
     for (variant, stratum), part in pooled.groupby(["variant", "stratum"], sort=True):
         same = part[~(part["p_holm"] < ALPHA)]
-        means = pd.concat([part.set_index("model_a")["mean_a"],
-                           part.set_index("model_b")["mean_b"]]).groupby(level=0).first()
+        qtype = stratum.removeprefix("type=")
+        rates = table5[table5["type"] == qtype].set_index("model")[f"rate_{variant}"]
+        means = rates[rates.index.isin(set(part["model_a"]) | set(part["model_b"]))]
         order = " > ".join(f"{m} {_pct(v)}" for m, v in means.sort_values(
             ascending=False).items())
         lines.append(f"| {variant} | {stratum.removeprefix('type=')} | {len(part)} | "
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     print("### Role against no role (the authors' judges, their majority)\n")
     print(role_table(table5))
     print("### Models against each other on the same questions\n")
-    print(comparisons_table(tables / "model_comparisons.csv"))
+    print(comparisons_table(tables / "model_comparisons.csv", table5))
     print("### The choice of judge\n")
     print(sensitivity_tables(args.sensitivity or args.run))
     print("### Power of the role vs no-role test at the bank's size\n")
