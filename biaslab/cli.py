@@ -468,6 +468,17 @@ def cmd_import_traces(args) -> int:
     return 0
 
 
+def cmd_import_biaslens(args) -> int:
+    from biaslab.experiments.import_biaslens import import_biaslens, import_summary
+
+    done = import_biaslens(args.root, args.out, models=args.model, conditions=args.condition,
+                           bank_dir=args.bank, chunk_size=args.chunk_size,
+                           progress=not args.quiet)
+    for line in import_summary(done):
+        print(line)
+    return 0
+
+
 def cmd_graph(args) -> int:
     proto, raw_options = _protocol_from_arg(args.protocol, args.plugins)
     options = proto.parse_options(raw_options)
@@ -805,6 +816,19 @@ def build_parser() -> argparse.ArgumentParser:
     it.add_argument("--until", help="only traces that began before this ISO date/time")
     it.add_argument("--tag", help="only traces whose root carries this tag")
     it.set_defaults(func=cmd_import_traces)
+    ib = im_sub.add_parser("biaslens", help="the BiasLens authors' released answers and Why-judge "
+                           "verdicts as a roleplay run (see docs/protocols/roleplay.md)")
+    ib.add_argument("root", nargs="+", help="folders holding the origin's answers/, or release "
+                    "tarballs (.tar.xz) of them")
+    ib.add_argument("--out", required=True, help="the run directory to write (must not exist)")
+    ib.add_argument("--model", nargs="+", help="released model folders (default: all)")
+    ib.add_argument("--condition", nargs="+", choices=["role", "without_role"],
+                    help="default: both")
+    ib.add_argument("--bank", help="the question bank the answers belong to (default: the "
+                    "shipped BiasLens bank)")
+    ib.add_argument("--chunk-size", type=int, default=50, help="questions per cell (default 50)")
+    ib.add_argument("--quiet", action="store_true")
+    ib.set_defaults(func=cmd_import_biaslens)
 
     g = sub.add_parser("graph", help="print a protocol's Mermaid diagram")
     g.add_argument("protocol", help="a protocol name, or a spec file (.toml) naming one")

@@ -70,7 +70,9 @@ def release_root(path: str | Path, cache: str | Path | None = None) -> Path:
                 archive.extractall(partial, filter="data")
         except (tarfile.TarError, OSError, EOFError) as exc:
             shutil.rmtree(partial, ignore_errors=True)
-            raise UserError(f"cannot unpack {path}: {exc}") from None
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UserError(f"cannot unpack {path}: {first.rstrip(':')} (a BiasLens release is "
+                            "a folder, or a .tar.xz of its answers/ and results/)") from None
         (partial / _DONE).write_text(digest + "\n")
         shutil.rmtree(target, ignore_errors=True)
         partial.rename(target)

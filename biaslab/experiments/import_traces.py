@@ -182,6 +182,20 @@ def refuse_rerun(run_dir: str | Path, mode: str) -> None:
         raise UserError(f"{run_dir} was imported from a trace file and has no app to run again "
                         f"(--mode {mode}); report it, or judge a node with --mode rescore "
                         "--judge-node NODE; to replay the app, audit it (docs/audit.md)")
+    if not (Path(run_dir) / "run.sqlite").is_file():
+        return
+    store = RunStore(run_dir, readonly=True)
+    try:
+        imported = store.meta().get("imported_format")
+    except UserError:
+        return  # (a damaged store: the replay says so in its own words)
+    finally:
+        store.close()
+    if imported:
+        raise UserError(f"{run_dir} was imported ({imported}): its answers are recorded, with "
+                        f"no model to ask again (--mode {mode}); report it, rescore it "
+                        "(--mode rescore, --sensitivity), or judge a node with --mode rescore "
+                        "--judge-node NODE")
 
 
 def gap_lines(gaps: dict[str, int]) -> list[str]:

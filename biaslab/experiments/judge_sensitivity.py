@@ -92,30 +92,41 @@ def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, float) and value != value) or value == ""
 
 
-def _judge_calls(store: RunStore, nodes: tuple[str, ...]) -> pd.DataFrame:
+def _json(text: Any) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _judge_calls(store: RunStore, nodes: tuple[str, ...], requests: bool = True
+                 ) -> pd.DataFrame:
     """The finished cells' judge calls, one row per (cell, node, item, sample): the first
-    attempt's request and the last attempt's answer, its slot and its vote."""
-    cells = store.cells()
-    done = set(cells.loc[cells["status"] == "done", "cell_id"]) if len(cells) else set()
-    calls = store.calls()
-    calls = calls[calls["node"].isin(nodes) & calls["cell_id"].isin(done)]
+    attempt's request (with `requests`: its messages and seed) and the last attempt's
+    answer, its slot and its vote. Read flat from the store (`RunStore.node_calls`), so a
+    run of a million judge calls is read in seconds."""
+    fields = {"item": "$.item", "sample": "$.sample", "attempt": "$.attempt", "raw": "$.raw",
+              "parsed": "$.parsed"}
+    if requests:
+        fields.update(messages="$.messages", seed="$.params.seed")
+    calls = store.node_calls(nodes, fields)
     if calls.empty:
         return pd.DataFrame(columns=["cell_id", "node", "item", "sample", "messages", "seed",
                                      "slot", "vote"])
-    calls = calls.sort_values(["cell_id", "node", "item", "sample", "attempt"])
-    rows = []
-    for (cell, node, item, sample), part in calls.groupby(["cell_id", "node", "item", "sample"],
-                                                          sort=False):
-        first, last = part.iloc[0], part.iloc[-1]
-        ok = _blank(last["error"]) and _blank(last["parse_error"])
-        verdict = _verdict(last["parsed"]) if ok else None
-        rows.append({"cell_id": cell, "node": node, "item": item, "sample": int(sample),
-                     "messages": first["messages"], "seed": first["params"].get("seed"),
-                     "vote": Vote(last["raw"] if verdict is not None else None, verdict)})
-    frame = pd.DataFrame(rows)
+    for column in ("item", "sample", "attempt", "raw", "parsed"):
+        calls[column] = [_json(v) for v in calls[column]]
+    keys = ["cell_id", "node", "item", "sample"]
+    calls = calls.sort_values([*keys, "attempt"], kind="stable")
+    first = calls.drop_duplicates(keys, keep="first").reset_index(drop=True)
+    last = calls.drop_duplicates(keys, keep="last").reset_index(drop=True)
+    votes = []
+    for error, parse_error, raw, parsed in zip(last["error"], last["parse_error"], last["raw"],
+                                               last["parsed"]):
+        verdict = _verdict(parsed) if _blank(error) and _blank(parse_error) else None
+        votes.append(Vote(raw if verdict is not None else None, verdict))
+    frame = first[keys].assign(sample=first["sample"].astype(int), vote=votes)
+    if requests:
+        frame["messages"] = [_json(m) for m in first["messages"]]
+        frame["seed"] = [_json(v) for v in first["seed"]]
     frame["rank"] = frame.groupby(["cell_id", "node", "item"])["sample"].rank(method="first")
-    frame["slot"] = [(c, i, int(r) - 1) for c, i, r in zip(frame["cell_id"], frame["item"],
-                                                            frame["rank"])]
+    frame["slot"] = list(zip(frame["cell_id"], frame["item"], frame["rank"].astype(int) - 1))
     return frame
 
 
@@ -204,6 +215,73 @@ def _configuration_run(run_dir: Path, out: Path, sheet: Path, judge_nodes: list[
     return result.counters.model_calls, result.cells_failed
 
 
+class _CannotRejudge(Exception):
+    """The protocol cannot re-derive its outputs under other verdicts (`Protocol.rejudge`)."""
+
+
+def _rejudged_run(run_dir: Path, out: Path, plan, calls: pd.DataFrame,
+                  votes: dict[Slot, dict[str, Vote]], config: Configuration
+                  ) -> tuple[int, int]:
+    """A configuration of a run that cannot be replayed (an imported one): its finished
+    cells and outputs copied without their calls, each cell with judge calls given the
+    outputs the protocol re-derives for the configuration's verdicts (`Protocol.rejudge`),
+    then the protocol's report. Returns (judge answers given, withheld)."""
+    proto = plan.protocol
+    slot_of = {key: slot for key, slot in zip(
+        zip(calls["cell_id"], calls["node"], calls["item"], calls["sample"]), calls["slot"])}
+    counts = {"answered": 0, "withheld": 0}
+
+    def verdict_for(cell_id: str):
+        def verdict(node: str, item: str, sample: int):
+            slot = slot_of.get((cell_id, node, item, sample))
+            if slot is None:
+                return None
+            chosen = config.answer(votes[slot])
+            vote = votes[slot][node] if chosen is None else chosen
+            counts["answered" if vote.verdict is not None else "withheld"] += 1
+            return vote.verdict
+        return verdict
+
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(run_dir / "spec.toml", out / "spec.toml")
+    store, source = RunStore(out), RunStore(run_dir, readonly=True)
+    try:
+        store.copy_outputs_from(run_dir)
+        cells = store.cells()
+        judged = cells[cells["cell_id"].isin(set(calls["cell_id"]))]
+        for cell_id, variant, item in zip(judged["cell_id"], judged["variant"],
+                                          judged["item"]):
+            outputs = {node: value for _, _, node, value in source.iter_outputs(cell_id)}
+            new = proto.rejudge(variant, item, outputs, verdict_for(cell_id), plan.options)
+            if new is None:
+                raise _CannotRejudge(f"protocol '{proto.name}' cannot re-derive its outputs "
+                                     "under other verdicts (Protocol.rejudge), and the run "
+                                     "cannot be replayed")
+            store.replace_outputs(cell_id, new)
+        store.commit()
+        _headline_reports(plan, store, out)
+    finally:
+        store.close()
+        source.close()
+    return counts["answered"], counts["withheld"]
+
+
+def _headline_reports(plan, store: RunStore, out: Path) -> None:
+    """What a re-derived configuration needs of the report: the protocol's tables its headline
+    rows are read from (`protocol_headline_tables`) and the generic exposed-vs-clean table (a
+    configuration of a paper-size run is then a minute or two, not the whole report's)."""
+    from biaslab.experiments.reports.protocols import protocol_headline_tables
+    from biaslab.experiments.reports.generic import exposed_vs_clean
+    from biaslab.experiments.reports.units import unit_frame, unit_of
+
+    proto, options = plan.protocol, plan.options
+    protocol_headline_tables(proto, store, out, options)
+    if any(t.path == "tables/exposed_vs_clean.csv" for t in proto.headline_tables):
+        (out / "tables").mkdir(parents=True, exist_ok=True)
+        exposed_vs_clean(unit_frame(store, proto, options), unit_of(proto)).to_csv(
+            out / "tables" / "exposed_vs_clean.csv", index=False, float_format="%.6g")
+
+
 def check_judge_sensitivity(run_dir: str | Path, judges: list[str] | None = None) -> None:
     """The refusals of `judge_sensitivity` (no judge nodes, no judge calls, an alternate
     named twice), before anything is written: ``replay --mode rescore --sensitivity`` checks
@@ -222,8 +300,13 @@ def _panel(run_dir: Path, judges: list[str] | None):
                             "(Protocol.judge_nodes): judge sensitivity has no panel to re-weigh; "
                             "judge a node's recorded answers with a panel instead: "
                             "--judge-node NODE --judges A B --sensitivity")
+        imported = source.meta().get("imported_format")
+        if imported and judges:
+            raise UserError(f"--judges: {run_dir} was imported ({imported}) and has no model "
+                            "to replay for an alternate judge; its recorded judges are "
+                            "re-weighed without --judges")
         _check_alternates(plan, proto, judges or [])
-        calls = _judge_calls(source, tuple(proto.judge_nodes))
+        calls = _judge_calls(source, tuple(proto.judge_nodes), requests=not imported)
         present = [n for n in proto.judge_nodes if n in set(calls["node"])]
         if not present:
             raise UserError(f"{run_dir} holds no calls of the judge nodes "
@@ -236,7 +319,7 @@ def _panel(run_dir: Path, judges: list[str] | None):
         source.close()
     if len(set(judges or [])) != len(judges or []):
         raise UserError("--judges: each alternate model once")
-    return plan, proto, calls, present, done, kept
+    return plan, proto, calls, present, done, kept, bool(imported)
 
 
 def _check_alternates(plan, proto, judges: list[str]) -> None:
@@ -254,7 +337,8 @@ def _check_alternates(plan, proto, judges: list[str]) -> None:
 
 def judge_sensitivity(run_dir: str | Path, *, judges: list[str] | None = None,
                       progress: bool = False, concurrency: int | None = None,
-                      out_dir: str | Path | None = None) -> SensitivityResult:
+                      out_dir: str | Path | None = None,
+                      rederive: bool | None = None) -> SensitivityResult:
     """Compute and write the judge sensitivity tables of a finished run (see the module).
 
     Args:
@@ -262,11 +346,14 @@ def judge_sensitivity(run_dir: str | Path, *, judges: list[str] | None = None,
             itself is then only read. Without it they go into the run's own folder.
         judges: alternate judge models (spec strings or the run's aliases); each pays its
             judge calls once.
+        rederive: compute each configuration with `Protocol.rejudge` instead of a replay
+            (default: only for an imported run, which has no model to replay; the tests
+            compare both ways on a run that has one).
     Returns the panel's members, the tables written, what each configuration met, and the
     model calls the alternates paid.
     """
     run_dir = Path(run_dir)
-    plan, proto, calls, present, done, kept = _panel(run_dir, judges)
+    plan, proto, calls, present, done, kept, imported = _panel(run_dir, judges)
     target = Path(out_dir) if out_dir is not None else run_dir
     base = target / EVAL_DIR
     runs: list[dict[str, Any]] = []
@@ -308,6 +395,20 @@ def judge_sensitivity(run_dir: str | Path, *, judges: list[str] | None = None,
             out = base / _slug(config.name.replace(":", "-"))
             if out.exists():
                 shutil.rmtree(out)  # a configuration is free: always computed afresh
+            if imported if rederive is None else rederive:  # the protocol re-derives them
+                row = {"configuration": config.name, "paid_model_calls": 0}
+                try:
+                    answered, withheld = _rejudged_run(run_dir, out, plan, calls, votes,
+                                                       config)
+                except _CannotRejudge as exc:
+                    shutil.rmtree(out, ignore_errors=True)
+                    runs.append({**row, "status": "not computable", "note": str(exc)})
+                    continue
+                runs.append({**row, "judge_answers": answered, "withheld": withheld,
+                             "status": "computed", "note": "re-derived from the recorded "
+                             "outputs (Protocol.rejudge), no replay"})
+                long += _headline_rows(out, proto.headline_tables, config.name)
+                continue
             entries, withheld, conflicts = _sheet_entries(calls, votes, config)
             sheet = write_answer_sheet(base / "sheets" / f"{out.name}.json", entries)
             row = {"configuration": config.name, "judge_answers": None, "withheld": withheld,

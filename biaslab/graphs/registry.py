@@ -17,7 +17,7 @@ import inspect
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping
 
 from langgraph.graph import StateGraph
 from pydantic import BaseModel, ConfigDict
@@ -134,6 +134,21 @@ class Protocol:
         return [PowerContrast(f"exposed vs clean on the {self.unit.name}", self.unit.name,
                               "paired_binary", len(self.items(options)), measure=name,
                               seeds_averaged=True)]
+
+    def rejudge(self, variant: str, item: str, outputs: Mapping[str, Any],
+                verdict: Callable[[str, str, int], Any], options: BaseModel
+                ) -> dict[str, Any] | None:
+        """A cell's node outputs as they would be had its judge nodes given other verdicts,
+        computed without running the graph, or None (the default): the protocol cannot, and
+        judge sensitivity replays the graph with the judges on an answer sheet instead.
+
+        A protocol may answer only when its judge verdicts feed nothing but pure nodes (no
+        later model call depends on them), so the outputs it returns are exactly those the
+        replay would record. Args: `outputs` maps each node to its recorded output (the last
+        one of that node in the cell); `verdict(node, item, sample)` is the parsed verdict the
+        configuration gives that judge call (None: no vote), for each judge call the cell
+        recorded. Returns the outputs that change, by node."""
+        return None
 
     def report(self, store: Any, run_dir: Path, options: BaseModel) -> list[Path]:
         """Protocol-specific tables and figures from the store alone (no model calls).

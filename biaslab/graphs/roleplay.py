@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from biaslab.agents.ask import Answer, ask
 from biaslab.agents.context import CellContext
 from biaslab.agents.parsers import NoVerdict, OutputConstraint, ParseError
+from biaslab.agents.providers.scripted import ScriptedChatModel, register_scripted
 from biaslab.datasets import biaslens
 from biaslab.errors import UserError
 from biaslab.evaluators import roleplay as oracles
@@ -48,7 +49,8 @@ from biaslab.graphs.headlines import EXPOSED_VS_CLEAN, HeadlineTable
 from biaslab.graphs.units import AnalysisUnit
 
 __all__ = ["Roleplay", "RoleplayOptions", "RoleplayState", "CONDITIONS", "JUDGES",
-           "DIRECTIONS", "chunks_for"]
+           "DIRECTIONS", "chunks_for", "RELEASED_MODEL", "answer_format", "score_question",
+           "judge_item"]
 
 CONDITIONS = ("role", "no_role")
 BIAS_TYPE_VARIANT = "bias_type"
@@ -60,6 +62,18 @@ FORMAT_PROMPTS = {t: f"roleplay/format_{t}" for t in biaslens.QUESTION_TYPES}
 JUDGE_PROMPT = "roleplay/why_judge"
 BIAS_TYPE_PROMPT = "roleplay/bias_type"
 EXPOSURE_TEMPLATE = "roleplay/exposure"
+
+RELEASED_MODEL = "biaslens-release"
+"""The scripted name of a released model (``scripted:biaslens-release@<model folder>``): the
+model axis of a run written by ``biaslab import biaslens``. It answers nothing: every answer of
+such a run is the authors' (`biaslab.experiments.import_biaslens`)."""
+
+
+def _released_model(option: str = "") -> ScriptedChatModel:
+    return ScriptedChatModel(rules=[], default=None, name_=f"{RELEASED_MODEL}@{option}")
+
+
+register_scripted(RELEASED_MODEL, _released_model, with_option=_released_model)
 
 DIRECTIONS = {
     "stereotype": {"stance": "lean toward the widely held stereotypes about those groups"},
@@ -232,6 +246,11 @@ def _judge_declarations() -> tuple[LLMNode, ...]:
                  for name in JUDGES)
 
 
+def judge_item(qid: str, sample: int) -> str:
+    """The call item of the Why judges on answer `sample` of question `qid`."""
+    return f"{qid}#{sample}"
+
+
 async def why_judges(state: RoleplayState, runtime: Runtime[CellContext]) -> dict:
     """Three judges grade every parsed Why answer once. Judge j (0-based) on answer k answers
     as sample ``k * 3 + j``: three judges bound to one model are three distinct calls (as in
@@ -245,7 +264,7 @@ async def why_judges(state: RoleplayState, runtime: Runtime[CellContext]) -> dic
         name, question = JUDGES[j], by_qid[qid]["question_no_role"]
         answer = await ask(ctx, name, {"question": question, "answer": text},
                            prompt=JUDGE_PROMPT, parser=oracles.parse_judge_label,
-                           constraint=JUDGE_GRAMMAR, item=f"{qid}#{sample}",
+                           constraint=JUDGE_GRAMMAR, item=judge_item(qid, sample),
                            sample=sample * len(JUDGES) + j,
                            max_tokens=4, judged=(text, question))
         answer.raise_for_error(f"{name} on {qid} answer {sample}")
@@ -441,6 +460,22 @@ class Roleplay(Protocol):
             calls += judged
             tokens += judged * (_JUDGE_FRAME + _QUESTION_TOKENS + reply + 2)
         return {"calls": calls, "tokens": tokens}
+
+    def rejudge(self, variant: str, item: str, outputs, verdict, options: RoleplayOptions
+                ) -> dict[str, Any]:
+        """The judges' votes feed only the pure ``oracles`` node: a cell's ``why_judges`` and
+        ``oracles`` outputs under other verdicts, judge j on answer k of a question being the
+        call (``why_judge_<j+1>``, ``<qid>#<k>``, sample ``k * 3 + j``). A cell without Why
+        questions changes nothing."""
+        votes = (outputs.get("why_judges") or {}).get("judge_votes")
+        if variant not in CONDITIONS or not votes:
+            return {}
+        new = {qid: [[verdict(JUDGES[j], judge_item(qid, k), k * len(JUDGES) + j)
+                      for j in range(len(JUDGES))] for k in range(len(answers))]
+               for qid, answers in votes.items()}
+        state = {"questions": [dict(q) for q in chunks_for(options)[item]],
+                 "responses": outputs["answer"]["responses"], "judge_votes": new}
+        return {"why_judges": {"judge_votes": new}, "oracles": score(state)}
 
     def power_contrasts(self, options: RoleplayOptions):
         """Table 5's z-test: role against no role, per question type, on questions (a

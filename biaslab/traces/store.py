@@ -262,7 +262,64 @@ class RunStore:
             conn.execute("DETACH DATABASE src")
         return n
 
+    def copy_outputs_from(self, source: str | Path) -> int:
+        """Copy another store's meta, finished cells and their node outputs, without their call
+        records, into this empty one (a re-scoring that changes some outputs and reports:
+        judge sensitivity of a run it cannot replay). Returns the number of cells copied."""
+        conn = self.conn
+        self.commit()
+        conn.execute("ATTACH DATABASE ? AS src", (f"file:{Path(source) / STORE_FILE}?mode=ro",))
+        try:
+            self._begin()
+            conn.execute("INSERT OR REPLACE INTO main.meta SELECT * FROM src.meta")
+            conn.execute("INSERT INTO main.cells SELECT * FROM src.cells WHERE status = 'done'")
+            conn.execute("INSERT INTO main.outputs SELECT o.* FROM src.outputs o JOIN "
+                         "src.cells c ON c.cell_id = o.cell_id WHERE c.status = 'done'")
+            n = conn.execute("SELECT COUNT(*) FROM main.cells").fetchone()[0]
+            self.commit()
+        except BaseException:
+            if self._in_tx:
+                conn.execute("ROLLBACK")
+                self._in_tx = False
+            raise
+        finally:
+            conn.execute("DETACH DATABASE src")
+        return n
+
+    def replace_outputs(self, cell_id: str, values: dict[str, Any]) -> None:
+        """Set the last output of each named node of a cell to a new value (in the open
+        transaction; `commit` writes it)."""
+        self._begin()
+        for node, value in values.items():
+            self.conn.execute(
+                "UPDATE outputs SET value=? WHERE cell_id=? AND node=? AND seq=(SELECT MAX(seq) "
+                "FROM outputs WHERE cell_id=? AND node=?)",
+                (dumps(value), cell_id, node, cell_id, node))
+
     # -- reading ----------------------------------------------------------------------------
+    def node_calls(self, nodes: Iterable[str], fields: dict[str, str]) -> pd.DataFrame:
+        """The call records of `nodes` in finished cells, flat, read by SQLite without
+        rebuilding a `CallRecord` per row: ``cell_id``, ``seq``, ``node``, ``error``,
+        ``parse_error`` and one column per `fields` entry (column name → JSON path into the
+        record, e.g. ``"$.raw"``), each as JSON text (``json.loads`` gives the value: a
+        string, number, boolean, list, object or None; a path the record lacks gives None)."""
+        nodes = list(nodes)
+        if not nodes:
+            return pd.DataFrame(columns=["cell_id", "seq", "node", "error", "parse_error",
+                                         *fields])
+        picked = ", ".join(f"c.record -> '{path}' AS \"{name}\""
+                           for name, path in fields.items())
+        marks = ", ".join("?" for _ in nodes)
+        query = (f"SELECT c.cell_id, c.seq, c.node, c.error, c.parse_error"
+                 f"{', ' + picked if picked else ''} FROM calls c JOIN cells d ON "
+                 f"d.cell_id = c.cell_id WHERE d.status = 'done' AND c.node IN ({marks}) "
+                 "ORDER BY c.cell_id, c.seq")
+        try:
+            return pd.read_sql_query(query, self.conn, params=nodes)
+        except sqlite3.OperationalError:  # malformed JSON in a record: say which row
+            self.check_rows()
+            raise
+
     def cells(self) -> pd.DataFrame:
         frame = pd.read_sql_query("SELECT * FROM cells ORDER BY ord", self.conn)
         if len(frame):

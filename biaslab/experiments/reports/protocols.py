@@ -17,7 +17,7 @@ import pandas as pd
 from biaslab.graphs.registry import Protocol
 
 __all__ = ["protocol_report", "protocol_prepare", "protocol_headline", "protocol_compare",
-           "protocol_exports"]
+           "protocol_exports", "protocol_headline_tables"]
 
 # protocol name → (module under biaslab.experiments.reports, report fn, headline fn, compare fn)
 _BUILT_IN: dict[str, tuple[str, str, str | None, str | None]] = {
@@ -33,6 +33,10 @@ _COMPARE: dict[str, tuple[str, str]] = {"amplification": ("compare", "compare_am
 # protocol name → (module, function(store, run_dir, options) -> inputs with a close()): work a
 # report starts before the generic tables, to run behind them (multiturn: embedding its texts)
 _PREPARE: dict[str, tuple[str, str]] = {"multiturn": ("multiturn", "prepare_report")}
+# protocol name → (module, function(store, run_dir, options) -> paths): only the files its
+# headline tables are read from (judge sensitivity's re-derived configurations)
+_HEADLINE_TABLES: dict[str, tuple[str, str]] = {"roleplay": ("roleplay",
+                                                             "write_headline_tables")}
 # protocol name → {export format → (module, function(store, out_dir, options) -> paths)}
 _EXPORTS: dict[str, dict[str, tuple[str, str]]] = {
     "augmentation": {"bbq": ("augmentation", "export_bbq")}}
@@ -66,6 +70,15 @@ def protocol_report(proto: Protocol, store, run_dir: Path, options, prepared: An
     if prepared is None:
         return list(_function(entry[0], entry[1])(store, run_dir, options))
     return list(_function(entry[0], entry[1])(store, run_dir, options, prepared=prepared))
+
+
+def protocol_headline_tables(proto: Protocol, store, run_dir: Path, options) -> list[Path]:
+    """The protocol's tables its headline rows (`Protocol.headline_tables`) are read from:
+    a built-in protocol's quick writer of just those where it has one, else its whole
+    report."""
+    if _builtin(proto) is not None and proto.name in _HEADLINE_TABLES:
+        return list(_function(*_HEADLINE_TABLES[proto.name])(store, run_dir, options))
+    return protocol_report(proto, store, run_dir, options)
 
 
 def protocol_headline(proto: Protocol, run_dir: Path) -> pd.DataFrame | None:

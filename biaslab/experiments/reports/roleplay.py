@@ -44,6 +44,7 @@ from biaslab.experiments.reports.markdown import to_markdown
 from biaslab.prompts.registry import PromptRegistry
 
 __all__ = ["questions_frame", "bias_type_frame", "bias_type_table", "write_report",
+           "write_headline_tables",
            "write_generation_report", "headline", "oracle_reliability", "response_frame",
            "plot_overlap", "plot_per_attribute", "plot_bias_types", "plot_exposure",
            "PAPER_MIN_MODELS", "TYPOLOGY"]
@@ -379,6 +380,24 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
         put(effects, "exposure_effects", markdown=True)
         if effects["diff"].notna().any():
             written += plot_exposure(effects, figures)
+    return written
+
+
+def write_headline_tables(store, run_dir: str | Path, options) -> list[Path]:
+    """Only Table 5 (``table5.csv``, ``table5_average.csv``), as `write_report` writes it:
+    the headline a judge-sensitivity configuration is read from."""
+    tables = Path(run_dir) / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    questions = questions_frame(store)
+    if questions.empty:
+        return []
+    table5 = rp.role_vs_no_role(questions[questions["condition"] == CLEAN])
+    if table5.empty:
+        return []
+    written = []
+    for name, frame in (("table5", table5), ("table5_average", rp.model_average(table5))):
+        frame.to_csv(tables / f"{name}.csv", index=False)
+        written.append(tables / f"{name}.csv")
     return written
 
 
