@@ -14,6 +14,7 @@ damaged or foreign file leaves nothing behind.
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -184,13 +185,14 @@ def refuse_rerun(run_dir: str | Path, mode: str) -> None:
                         "--judge-node NODE; to replay the app, audit it (docs/audit.md)")
     if not (Path(run_dir) / "run.sqlite").is_file():
         return
-    store = RunStore(run_dir, readonly=True)
     try:
-        imported = store.meta().get("imported_format")
-    except UserError:
+        store = RunStore(run_dir, readonly=True)
+        try:
+            imported = store.meta().get("imported_format")
+        finally:
+            store.close()
+    except (UserError, sqlite3.DatabaseError):
         return  # (a damaged store: the replay says so in its own words)
-    finally:
-        store.close()
     if imported:
         raise UserError(f"{run_dir} was imported ({imported}): its answers are recorded, with "
                         f"no model to ask again (--mode {mode}); report it, rescore it "
