@@ -43,7 +43,7 @@ from biaslab.evaluators.judge_sensitivity import (Configuration, Vote, configura
 from biaslab.experiments.plan import make_plan, model_aliases
 from biaslab.experiments.replay import (check_not_running, counterfactual, load_run_plan,
                                         load_run_spec, open_run)
-from biaslab.experiments.reports import write_html_report, write_reports
+from biaslab.experiments.reports import write_html_report
 from biaslab.experiments.runner import run_plan
 from biaslab.experiments.spec import NodeSettings
 from biaslab.graphs.headlines import HeadlineTable
@@ -196,8 +196,10 @@ def _headline_rows(run_dir: Path, tables: tuple[HeadlineTable, ...], config: str
 
 def _configuration_run(run_dir: Path, out: Path, sheet: Path, judge_nodes: list[str],
                        replay_from: list[RunStore], done: set[str]) -> tuple[int, int]:
-    """Replay the run strictly with its judge nodes on the answer sheet; (sheet answers,
-    failed cells). Raises `ReplayMiss` when a configuration needs a call no trace holds."""
+    """Replay the run strictly with its judge nodes on the answer sheet, then write the headline
+    tables the bands are read from (not the whole report: figures and pages for nine
+    configurations were most of the command's time); (sheet answers, failed cells). Raises
+    `ReplayMiss` when a configuration needs a call no trace holds."""
     spec = load_run_spec(run_dir)
     nodes = dict(spec.nodes)
     model = f"scripted:{ANSWER_SHEET}@{sheet.resolve()}"
@@ -208,8 +210,8 @@ def _configuration_run(run_dir: Path, out: Path, sheet: Path, judge_nodes: list[
                                   use_shared_cache=False, progress=False,
                                   only=lambda cell: cell.id in done))
     store = RunStore(out, readonly=True)
-    try:
-        write_reports(plan, store, out)
+    try:  # the headline tables only: `biaslab report` on `out` writes the whole report
+        _headline_reports(plan, store, out)
     finally:
         store.close()
     return result.counters.model_calls, result.cells_failed
@@ -267,7 +269,7 @@ def _rejudged_run(run_dir: Path, out: Path, plan, calls: pd.DataFrame,
 
 
 def _headline_reports(plan, store: RunStore, out: Path) -> None:
-    """What a re-derived configuration needs of the report: the protocol's tables its headline
+    """What a configuration needs of the report: the protocol's tables its headline
     rows are read from (`protocol_headline_tables`) and the generic exposed-vs-clean table (a
     configuration of a paper-size run is then a minute or two, not the whole report's)."""
     from biaslab.experiments.reports.protocols import protocol_headline_tables
