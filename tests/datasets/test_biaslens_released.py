@@ -137,8 +137,9 @@ FOUR = ("deepseek", "llama3_70b", "llama3_8b", "qwen")
 # body Qwen's copies of DeepSeek's files); the command scores all eleven (the totals in
 # docs/protocols/roleplay.md §3).
 SAMPLED = ("race", "body")
-# race and body, role only (6 before issue 43's reading round, 5 before its Mistral round)
-UNEXPLAINED = {"mistral": 3}
+# race and body, role only (6 before issue 43's reading round, 5 before its Mistral round, 3
+# before two misread readings were corrected and the refusal-phrase family settled)
+UNEXPLAINED = {"mistral": 2}
 
 
 @pytest.fixture(scope="session")
