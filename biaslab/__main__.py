@@ -1,5 +1,3 @@
-import sys
+from biaslab.console import entry
 
-from biaslab.console import main
-
-sys.exit(main())
+entry()
