@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -225,15 +226,30 @@ class RunStore:
         self.commit()
         return n
 
-    def merge_from(self, source: str | Path) -> int:
-        """Copy another store's finished cells, with their calls and outputs, and its response
-        cache into this one, in one transaction (shards of one run). A cell done here is never
-        replaced by one that failed there. Returns the number of cells copied."""
+    @contextmanager
+    def _from_store(self, source: str | Path):
+        """Another run's store attached read-only as ``src``, in one transaction of this one:
+        committed on leaving, rolled back on any error, detached either way."""
         conn = self.conn
         self.commit()
         conn.execute("ATTACH DATABASE ? AS src", (f"file:{Path(source) / STORE_FILE}?mode=ro",))
         try:
             self._begin()
+            yield conn
+            self.commit()
+        except BaseException:
+            if self._in_tx:
+                conn.execute("ROLLBACK")
+                self._in_tx = False
+            raise
+        finally:
+            conn.execute("DETACH DATABASE src")
+
+    def merge_from(self, source: str | Path) -> int:
+        """Copy another store's finished cells, with their calls and outputs, and its response
+        cache into this one, in one transaction (shards of one run). A cell done here is never
+        replaced by one that failed there. Returns the number of cells copied."""
+        with self._from_store(source) as conn:
             conn.execute("""CREATE TEMP TABLE pick AS SELECT s.cell_id FROM src.cells s
                 LEFT JOIN main.cells m ON m.cell_id = s.cell_id
                 WHERE s.status = 'done' OR (s.status = 'error' AND
@@ -252,38 +268,18 @@ class RunStore:
             conn.execute("INSERT OR IGNORE INTO main.cache SELECT * FROM src.cache")
             self.cache.written_elsewhere()
             conn.execute("DROP TABLE temp.pick")
-            self.commit()
-        except BaseException:
-            if self._in_tx:
-                conn.execute("ROLLBACK")
-                self._in_tx = False
-            raise
-        finally:
-            conn.execute("DETACH DATABASE src")
         return n
 
     def copy_outputs_from(self, source: str | Path) -> int:
         """Copy another store's meta, finished cells and their node outputs, without their call
         records, into this empty one (a re-scoring that changes some outputs and reports:
         judge sensitivity of a run it cannot replay). Returns the number of cells copied."""
-        conn = self.conn
-        self.commit()
-        conn.execute("ATTACH DATABASE ? AS src", (f"file:{Path(source) / STORE_FILE}?mode=ro",))
-        try:
-            self._begin()
+        with self._from_store(source) as conn:
             conn.execute("INSERT OR REPLACE INTO main.meta SELECT * FROM src.meta")
             conn.execute("INSERT INTO main.cells SELECT * FROM src.cells WHERE status = 'done'")
             conn.execute("INSERT INTO main.outputs SELECT o.* FROM src.outputs o JOIN "
                          "src.cells c ON c.cell_id = o.cell_id WHERE c.status = 'done'")
             n = conn.execute("SELECT COUNT(*) FROM main.cells").fetchone()[0]
-            self.commit()
-        except BaseException:
-            if self._in_tx:
-                conn.execute("ROLLBACK")
-                self._in_tx = False
-            raise
-        finally:
-            conn.execute("DETACH DATABASE src")
         return n
 
     def replace_outputs(self, cell_id: str, values: dict[str, Any]) -> None:
