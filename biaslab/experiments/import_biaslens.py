@@ -29,7 +29,6 @@ The run is written in a hidden directory beside `out` and moved into place when 
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,7 @@ from biaslab.agents.parsers import ParseError
 from biaslab.datasets import biaslens_answers as ba
 from biaslab.datasets.biaslens_release import duplicate_files, release_root
 from biaslab.errors import UserError
-from biaslab.experiments.out_paths import check_out
+from biaslab.experiments.out_paths import built_beside, check_out
 from biaslab.experiments.plan import make_plan
 from biaslab.experiments.runner import write_resolved_spec
 from biaslab.experiments.spec import spec_from_dict
@@ -155,15 +154,8 @@ def import_biaslens(roots: list[str | Path], out: str | Path, *,
                     "chunk_size": chunk_size, "repeats": 3}}, where="biaslab import biaslens")
     plan = make_plan(spec)
     result = BiaslensImport(out, names, variants)
-    tmp = out.with_name(f".{out.name}.importing")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    try:
+    with built_beside(out) as tmp:
         _write(plan, found, tmp, bank, result, progress)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return result
 
 

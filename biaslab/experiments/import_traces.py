@@ -13,7 +13,6 @@ damaged or foreign file leaves nothing behind.
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 import time
 from collections import Counter
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from biaslab.errors import UserError
+from biaslab.experiments.out_paths import built_beside
 from biaslab.experiments.plan import make_plan
 from biaslab.experiments.runner import write_resolved_spec
 from biaslab.experiments.spec import spec_from_dict
@@ -107,15 +107,8 @@ def import_traces(path: str | Path, out: str | Path, *, group: str | None = None
                                                    ("tag", tag)) if v is not None},
                     "gaps": dict(sorted(found.gaps.items()))}}, where=str(path))
     plan = make_plan(spec)
-    tmp = out.with_name(f".{out.name}.importing")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    try:
+    with built_beside(out) as tmp:
         _write(plan, found, ids, tmp, group, outcome)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return ImportResult(out, found.format, len(found.traces),
                         sum(len(t.calls) for t in found.traces), nodes, dict(found.gaps))
 

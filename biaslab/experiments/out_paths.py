@@ -14,13 +14,15 @@ refused up front when it:
 
 from __future__ import annotations
 
+import shutil
 import unicodedata
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from biaslab.errors import UserError
 
-__all__ = ["check_out"]
+__all__ = ["built_beside", "check_out"]
 
 
 def check_out(out: str | Path | None, *, sources: Iterable[str | Path] = (),
@@ -49,3 +51,18 @@ def check_out(out: str | Path | None, *, sources: Iterable[str | Path] = (),
         if resolved == run or run in resolved.parents:
             raise UserError(f"cannot use {flag} {text}: it is inside the source run {source}, "
                             "which this command reads; give a directory outside it")
+
+
+@contextmanager
+def built_beside(out: Path) -> Iterator[Path]:
+    """A hidden folder beside `out` to build a whole run in, renamed to `out` when the block
+    ends and removed if it fails: an import stopped halfway leaves no half-written run."""
+    tmp = out.with_name(f".{out.name}.importing")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        yield tmp
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
