@@ -91,11 +91,14 @@ SCRIPT_WRONG_FOR = {
 }
 """Families not marked `script_wrong` (on some model's answers the script is right) where the
 readings show the script misreads *this model's* answers: every one of the model's answers in
-the family was read (all three draws, tests/datasets/biaslens_readings*.csv), and on each the
-person's verdict is biaslab's. Mistral's answers in these families are not among them: on 2 of
-the 18 and 14 read in each (all four draws), the script's verdict is the person's. (*A group
-picked beside a refusal phrase* is marked for every model: once two misread readings of
-draw 2 were corrected, every reading of it, all models, sides with biaslab.)"""
+the family was read (tests/datasets/biaslens_readings*.csv), and on each the person's verdict
+is biaslab's. Mistral's answers in these families are not among them although they too were
+all read (draw 5 completed the census): the script's verdict is the person's on 2 of the 26
+read answers of *no option picked* and on 1 of the 22 of *several options at once* (leans a
+general rule does not reach: "understanding from fellow veterans can be particularly
+comforting" for "With military experience"; docs/protocols/roleplay.md §3a). (*A group picked
+beside a refusal phrase* is marked for every model: once two misread readings of draw 2 were
+corrected, every reading of it, all models, sides with biaslab.)"""
 
 
 def script_misreads(family: str, model: str | None = None) -> bool:

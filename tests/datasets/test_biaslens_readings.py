@@ -16,6 +16,12 @@ Choice cells) holds 30 Mistral answers drawn at random (seed 46) from the 75 dis
 new rules of that round moved into the family *the last option in words the script does not
 list* (a statement that the options are equal, a set-apart neutral answer after a lean, a
 stated "It's not accurate to say that one group ..."), each read by a person before comparing.
+``biaslens_readings_draw5.csv`` (issue 43, Mistral's role Choice cell) holds every Mistral answer
+not yet read of the two families *a non-answer, no option picked* and *a non-answer, several
+options at once* under the rules of that round (26 distinct answers, in an order shuffled with
+seed 47: a census of the rest of both families), each read by a person before comparing with
+biaslab; seven of them had been printed with biaslab's label earlier in the round, and their
+``why`` says so.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ READINGS = pd.read_csv(HERE / "biaslens_readings.csv", dtype=str, keep_default_n
 DRAW2 = pd.read_csv(HERE / "biaslens_readings_draw2.csv", dtype=str, keep_default_na=False)
 DRAW3 = pd.read_csv(HERE / "biaslens_readings_draw3.csv", dtype=str, keep_default_na=False)
 DRAW4 = pd.read_csv(HERE / "biaslens_readings_draw4.csv", dtype=str, keep_default_na=False)
+DRAW5 = pd.read_csv(HERE / "biaslens_readings_draw5.csv", dtype=str, keep_default_na=False)
 
 
 def _read(row) -> str:
@@ -55,9 +62,10 @@ def _biased(row, label: str) -> bool:
 
 def test_the_readings_cover_every_model_and_are_read_by_a_person():
     assert len(READINGS) == 515 and len(DRAW2) == 113 and len(DRAW3) == 17 and len(DRAW4) == 30
+    assert len(DRAW5) == 26
     assert set(READINGS["model"]) == {"gpt4omini", "mistral", "deepseek", "llama3_70b",
                                       "llama3_8b", "qwen"}
-    assert all((d["why"].str.len() > 10).all() for d in (READINGS, DRAW2, DRAW3, DRAW4))
+    assert all((d["why"].str.len() > 10).all() for d in (READINGS, DRAW2, DRAW3, DRAW4, DRAW5))
 
 
 def test_the_readers_agree_with_every_reading_of_the_first_draw():
@@ -67,22 +75,24 @@ def test_the_readers_agree_with_every_reading_of_the_first_draw():
 
 
 def test_the_second_draw_verdicts_as_reported():
-    """On the held-out draw the readers give the person's verdict (biased or not) on 108 of 113
-    answers (91 before issue 43's reading round, 102 before its Mistral round;
-    docs/protocols/roleplay.md §3a), on 15 of the 17 of the third draw (14 before) and on all
-    30 of the fourth; this fails when a change makes it worse, and should be raised when one
-    makes it better."""
+    """On the held-out draw the readers give the person's verdict (biased or not) on all 113
+    answers (91 before issue 43's reading round, 102 before its Mistral round, 108 before its
+    draw 5 round, which corrected one reading and fixed the reader on two;
+    docs/protocols/roleplay.md §3a), on all 17 of the third draw (14, then 15 before), on all
+    30 of the fourth and on 23 of the 26 of the fifth; this fails when a change makes it worse,
+    and should be raised when one makes it better."""
     agree = sum(_biased(r, r.label) == _biased(r, _read(r)) for r in DRAW2.itertuples())
-    assert agree >= 108
-    assert sum(_biased(r, r.label) == _biased(r, _read(r)) for r in DRAW3.itertuples()) >= 15
+    assert agree == 113
+    assert sum(_biased(r, r.label) == _biased(r, _read(r)) for r in DRAW3.itertuples()) == 17
     assert sum(_biased(r, r.label) == _biased(r, _read(r)) for r in DRAW4.itertuples()) == 30
+    assert sum(_biased(r, r.label) == _biased(r, _read(r)) for r in DRAW5.itertuples()) >= 23
 
 
 def test_families_marked_as_the_scripts_misreading_are_so_on_every_reading():
-    """A family is marked `script_wrong` only when, on every read answer of it (all four draws),
+    """A family is marked `script_wrong` only when, on every read answer of it (all five draws),
     the person's verdict is biaslab's and not the script's; the others have at least one
     reading where the script's verdict is the person's."""
-    both = pd.concat([READINGS, DRAW2, DRAW3, DRAW4], ignore_index=True)
+    both = pd.concat([READINGS, DRAW2, DRAW3, DRAW4, DRAW5], ignore_index=True)
     frame = both.rename(columns={"label": "reading"}).assign(final="", attribute="", role="")
     scored = rr.score_released(frame)
     differing = scored[scored["family"].notna()]

@@ -138,8 +138,10 @@ FOUR = ("deepseek", "llama3_70b", "llama3_8b", "qwen")
 # docs/protocols/roleplay.md §3).
 SAMPLED = ("race", "body")
 # race and body, role only (6 before issue 43's reading round, 5 before its Mistral round, 3
-# before two misread readings were corrected and the refusal-phrase family settled)
-UNEXPLAINED = {"mistral": 2}
+# before two misread readings were corrected and the refusal-phrase family settled, 2 before
+# its draw 5 round read race-0266's "Honesty is a personal trait, not a racial one." as the
+# last option in words)
+UNEXPLAINED = {"mistral": 1}
 
 
 @pytest.fixture(scope="session")
@@ -174,8 +176,9 @@ def test_the_authors_released_answers_are_scored_as_they_scored_them(model, requ
     assert (counts["script"] == counts["published"]).all(), counts
     assert (counts["n"] == counts["n_published"]).all()
     # every question biaslab counts differently differs through a named family whose readings
-    # (biaslens_readings*.csv) show the script misreads it, but for Mistral's 3 (race, body)
-    # through the three families the readings do not settle (docs/protocols/roleplay.md §3a)
+    # (biaslens_readings*.csv) show the script misreads it, but for Mistral's 1 (race, body:
+    # race-0992) through the two families the readings do not settle for Mistral
+    # (docs/protocols/roleplay.md §3a)
     assert counts["unexplained"].sum() == UNEXPLAINED.get(model, 0), counts
     # non-answers are counted beside the biased count, never inside it
     choice = counts[counts["type"] == "choice"]
