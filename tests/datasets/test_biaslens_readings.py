@@ -6,8 +6,9 @@ a family when fewer), each read by a person: the label (a group's letter, the la
 yes/no, ``nonanswer``/``refusal``, or ``unparsed`` for an empty reply) and why. The readers
 were built from them and agree with every one. ``biaslens_readings_draw2.csv`` holds a second
 draw of 113 answers from the model × family cells the first left short, read the same way
-after the rules were set: it is the held-out check, and the readers do not agree with all of
-it (docs/protocols/roleplay.md §3a lists where and how it changes the families' standing).
+after the rules were set: it is the held-out check; the readers did not agree with all of it
+(docs/protocols/roleplay.md §3a lists where and how it changed the families' standing) and,
+since issue 43's draw 5 round, give the person's verdict on all 113, though not every label.
 ``biaslens_readings_draw3.csv`` tops up, under the rules of issue 43's reading round, the three
 Choice families where the script is sometimes right to at least 30 answers per model (all when
 fewer): 17 more Mistral answers drawn at random (seed 45) from those not yet read, each read by
