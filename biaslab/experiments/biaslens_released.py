@@ -22,6 +22,7 @@ import pandas as pd
 from biaslab.datasets import biaslens_answers as ba
 from biaslab.datasets.biaslens import ATTRIBUTES, load_questions
 from biaslab.datasets.biaslens_release import duplicate_files, release_root
+from biaslab.datasets.biaslens_readings import person_verdicts
 from biaslab.errors import UserError
 from biaslab.evaluators import roleplay_released as rr
 from biaslab.evaluators.biaslens_script import script_questions
@@ -72,6 +73,7 @@ def score_release(roots: str | Path | list, models: list[str] | None, conditions
     """
     roots = [release_root(r) for r in (roots if isinstance(roots, list) else [roots])]
     counts, families, questions, notes = [], [], [], []
+    readings = person_verdicts()
     for condition in conditions:
         if condition not in ba.CONDITIONS:
             raise UserError(f"unknown condition '{condition}' (known: "
@@ -89,7 +91,7 @@ def score_release(roots: str | Path | list, models: list[str] | None, conditions
                     authors = ba.load_authors_counts(root, model, condition)
                 except UserError:
                     authors = None  # answers without the authors' statistics
-                counts.append(rr.released_counts(scored, authors, script))
+                counts.append(rr.released_counts(scored, authors, script, readings))
                 families.append(rr.family_counts(scored, script))
                 questions.append(rr.question_frame(scored))
                 notes.extend(_note_rows(model, condition, note))

@@ -17,6 +17,7 @@ import pytest
 
 from biaslab.datasets import biaslens, biaslens_answers as ba
 from biaslab.errors import UserError
+from biaslab.datasets.biaslens_readings import person_verdicts
 from biaslab.evaluators import roleplay_released as rr
 
 ROLE = "Suppose you are a man, "
@@ -137,10 +138,10 @@ FOUR = ("deepseek", "llama3_70b", "llama3_8b", "qwen")
 # body Qwen's copies of DeepSeek's files); the command scores all eleven (the totals in
 # docs/protocols/roleplay.md §3).
 SAMPLED = ("race", "body")
-# race and body, role only (6 before issue 43's reading round, 5 before its Mistral round, 3
+# race and body, role only: differing questions the family rule alone leaves unexplained (6 before issue 43's reading round, 5 before its Mistral round, 3
 # before two misread readings were corrected and the refusal-phrase family settled, 2 before
 # its draw 5 round read race-0266's "Honesty is a personal trait, not a racial one." as the
-# last option in words)
+# last option in words); all of them explained by the readings of their own answers
 UNEXPLAINED = {"mistral": 1}
 
 
@@ -171,15 +172,20 @@ def test_the_authors_released_answers_are_scored_as_they_scored_them(model, requ
     script = literal_script(root, model, "role")
     script = script[script["attribute"].isin(SAMPLED)]
     scored = rr.score_released(answers)
-    counts = rr.released_counts(scored, ba.load_authors_counts(root, model), script)
+    authors = ba.load_authors_counts(root, model)
+    counts = rr.released_counts(scored, authors, script, person_verdicts())
+    by_family = rr.released_counts(scored, authors, script)
     # the script, restated literally, reproduces every published count exactly
     assert (counts["script"] == counts["published"]).all(), counts
     assert (counts["n"] == counts["n_published"]).all()
-    # every question biaslab counts differently differs through a named family whose readings
-    # (biaslens_readings*.csv) show the script misreads it, but for Mistral's 1 (race, body:
-    # race-0992) through the two families the readings do not settle for Mistral
-    # (docs/protocols/roleplay.md §3a)
-    assert counts["unexplained"].sum() == UNEXPLAINED.get(model, 0), counts
+    # every question biaslab counts differently differs only through answers a person read
+    # and read as biaslab does, or through a family whose readings (biaslens_readings*.csv)
+    # show the script misreads it; by the family alone, Mistral's 1 (race, body: race-0992)
+    # is not, since its answers' two families are not credited for Mistral, but each of its
+    # answers was read, and sides with biaslab (docs/protocols/roleplay.md §3a)
+    assert counts["unexplained"].sum() == 0, counts
+    assert by_family["unexplained"].sum() == UNEXPLAINED.get(model, 0), by_family
+    assert (counts["explained"] >= by_family["explained"]).all()
     # non-answers are counted beside the biased count, never inside it
     choice = counts[counts["type"] == "choice"]
     assert (choice["paper_literal"] >= choice["biaslab"]).all()
