@@ -1,10 +1,10 @@
 """What more single-threaded servers than cores cost the embedded model on idle cores (issue 48).
 
-Why: `LocalChatModel` runs up to three single-threaded llama.cpp servers per usable core so that,
+Why: `LocalChatModel` runs up to four single-threaded llama.cpp servers per usable core so that,
 beside other CPU-bound programs, its threads keep a fair share of the machine (the kernel shares
 a core among runnable threads). On idle cores the extra servers only take turns; this measures
 what that costs: the same concurrent calls against a pool of one server per core and a pool of
-three per core, interleaved, reporting CPU seconds per call (the figure that sets idle wall time
+four per core (the default), interleaved, reporting CPU seconds per call (the figure that sets idle wall time
 when every core is busy), wall time, and whether the answers are the same text.
 
     python bench/local_servers.py               # 24 calls, 2 repeats of each pool size
@@ -21,6 +21,8 @@ import json
 import os
 import subprocess
 import sys
+
+from biaslab.agents.providers import local
 
 CHILD = r"""
 import hashlib, json, os, resource, sys, time
@@ -51,7 +53,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
     cores = len(os.sched_getaffinity(0))
-    sizes = (cores, 3 * cores)
+    sizes = (cores, min(local.SERVERS_PER_CORE * cores, 8))
     env = {k: v for k, v in os.environ.items() if not k.startswith("BIASLAB_LOCAL_")}
     rows: dict[int, list[dict]] = {k: [] for k in sizes}
     for _ in range(args.repeats):

@@ -597,9 +597,12 @@ def target_node(mc: bool):
             answer.raise_for_error(f"target_mc {inst['key']}")
             return answer.value if answer.ok else None
 
-        opens = await asyncio.gather(*(open_answer(i) for i in instances))
-        choices = (await asyncio.gather(*(mc_answer(i) for i in instances)) if mc
-                   else [None] * len(instances))
+        # Both forms at once: the answers are independent calls, and a model that computes
+        # calls side by side (the embedded model's servers, a hosted endpoint) then has them all.
+        answers = await asyncio.gather(*(open_answer(i) for i in instances),
+                                       *(mc_answer(i) for i in instances if mc))
+        opens = answers[:len(instances)]
+        choices = answers[len(instances):] if mc else [None] * len(instances)
         return {"responses": [{**inst, "answer": a, "mc_choice": c}
                               for inst, a, c in zip(instances, opens, choices)]}
 

@@ -58,14 +58,14 @@ def test_local_identity_names_the_thread_count(monkeypatch):
             parse_model("local").identity()
 
 
-def test_local_servers_default_to_three_per_usable_core(monkeypatch):
-    """Up to three single-threaded servers per core the process may use, at most 8 (issue 48:
+def test_local_servers_default_to_four_per_usable_core(monkeypatch):
+    """Up to four single-threaded servers per core the process may use, at most 8 (issue 48:
     beside CPU-bound programs the model's threads keep a fair share); the count is not in the
     identity, since each call is computed alone on one of identical servers."""
     from biaslab.agents.providers import local
 
     monkeypatch.delenv("BIASLAB_LOCAL_INSTANCES", raising=False)
-    for cores, expected in ((1, 3), (2, 6), (3, 8), (16, 8)):
+    for cores, expected in ((1, 4), (2, 8), (3, 8), (16, 8)):
         monkeypatch.setattr(local.os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
         assert local.instances_default() == expected
     before = parse_model("local").identity()

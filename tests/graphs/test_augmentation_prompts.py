@@ -93,7 +93,7 @@ def test_paper_scale_is_the_clean_design_and_the_arms_have_their_own_scale(capsy
         cells[scale] = int(line.split(": ", 1)[1].split(" cells")[0].replace(",", ""))
     assert cells["paper"] == sources * targets
     assert cells["exposures"] == sources * targets * (1 + 10 * 2)
-    assert cells["smoke"] == 2
+    assert cells["smoke"] == 6  # six categories, one source example each
     # the paper's models (its sections 4 and 4.1): eight targets, generator, validators, judge
     paper = load_spec(spec)
     assert paper.models == [

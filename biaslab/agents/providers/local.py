@@ -57,7 +57,7 @@ slots) for throughput, at the price of answers that depend on call order and con
 two modes use separate servers, so they never share a batch.
 
 Threads and servers (issue 48). Each server runs llama.cpp on ONE thread, with fixed batch
-sizes (``N_BATCH``/``N_UBATCH``), and there are up to three servers per core this process may
+sizes (``N_BATCH``/``N_UBATCH``), and there are up to four servers per core this process may
 use (``os.sched_getaffinity``; at most 8; ``instances`` or ``BIASLAB_LOCAL_INSTANCES`` to
 change it), loaded only when calls queue. Why:
   * Load. llama.cpp's threads spin-wait at barriers, so with 2 threads on 2 cores that other
@@ -75,8 +75,9 @@ change it), loaded only when calls queue. Why:
     each call is computed alone on one of several identical servers.
   * Share of a busy machine. Linux shares a core among runnable threads, so beside four
     CPU-bound programs two compute threads get 2/6 of two cores: a job 3x slower than idle
-    (`make demo` measured 3.0-3.4x per job). Six single-threaded servers get 6/10, about 1.7x
-    (where the kernel's autogroups give each terminal session an equal share instead, the
+    (`make demo` measured 3.0-3.4x per job). Six single-threaded servers got 6/10 (the demo's
+    jobs 1.7-2.0x, the slowest with its Python work, also a thread among the spinners); eight
+    get 8/12, about 1.5x for the model's part of a job (where the kernel's autogroups give each terminal session an equal share instead, the
     count makes no difference there). On idle cores the extra servers only take turns: the
     CPU per call of 6 servers and of 2 differed by less than the machine's noise (0.76-0.85 s
     against 0.78-0.82 s), with the same answers (`bench/local_servers.py`).
@@ -412,13 +413,13 @@ def threads_default() -> int:
     return 1 if value is None else value
 
 
-SERVERS_PER_CORE = 3
+SERVERS_PER_CORE = 4
 """Servers per usable core: more single-threaded servers than cores keep the embedded model's
 share of a machine that other programs keep busy (module doc, "Share of a busy machine")."""
 
 
 def instances_default() -> int:
-    """Env ``BIASLAB_LOCAL_INSTANCES``; unset → three per core this process may use (at most 8).
+    """Env ``BIASLAB_LOCAL_INSTANCES``; unset → four per core this process may use (at most 8).
 
     How many servers compute calls side by side. In deterministic mode it changes no answer
     (each call is computed alone on one of identical servers), so it is not in the identity."""
