@@ -44,10 +44,13 @@ demo: setup
 	  $(BIN)/biaslab run experiments/$$spec.toml --scale smoke --out runs/demo/$$(basename $$spec) --resume || exit $$?; \
 	done
 
-# One pytest worker per core (pytest-xdist); each test file runs whole on one worker, so its
-# module-scoped fixtures are built once; tests/conftest.py orders the files (long ones first).
+# One pytest worker per core and one more (pytest-xdist): a worker often waits on a process it
+# started (the README and docs pages run `biaslab` as a user does, servers start, Ctrl-C
+# tests wait for their moment), and with one worker per core those waits left a fifth of the
+# CPU idle. Each test file runs whole on one worker, so its module-scoped fixtures are built
+# once; tests/conftest.py orders the files (long ones first).
 # `make test TEST_WORKERS=0` runs the suite in one process.
-TEST_WORKERS ?= logical
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 
 test: setup browser
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
