@@ -76,9 +76,11 @@ change it), loaded only when calls queue. Why:
   * Share of a busy machine. Linux shares a core among runnable threads, so beside four
     CPU-bound programs two compute threads get 2/6 of two cores: a job 3x slower than idle
     (`make demo` measured 3.0-3.4x per job). Six single-threaded servers got 6/10 (the demo's
-    jobs 1.7-2.0x, the slowest with its Python work, also a thread among the spinners); eight
-    get 8/12, about 1.5x for the model's part of a job (where the kernel's autogroups give each terminal session an equal share instead, the
-    count makes no difference there). On idle cores the extra servers only take turns: the
+    jobs 1.7-2.0x); eight get 8/12: the model's part of the amplification and roleplay smoke
+    jobs ran 1.54x its idle time (bench/results.md). A job's own Python work (start, plan,
+    report) is one thread among the busy ones, and a job with fewer calls in flight than
+    servers keeps less. (Where the kernel's autogroups give each terminal session an equal
+    share instead, the count makes no difference.) On idle cores the extra servers only take turns: the
     CPU per call of 6 servers and of 2 differed by less than the machine's noise (0.76-0.85 s
     against 0.78-0.82 s), with the same answers (`bench/local_servers.py`).
   * Memory. A SmolLM2 server holds the model (~90 MB) and its KV cache (~190 MB at n_ctx 8192);
