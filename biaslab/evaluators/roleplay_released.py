@@ -17,11 +17,11 @@ question is biased when at least 2 of its 3 answers are):
 
 Every answer biaslab and the script read differently gets a family (`FAMILIES`, derived from
 the six models' answers): why they differ, and whether the readings of a random sample of it
-(biaslab/datasets/files/biaslens/readings/biaslens_readings.csv, docs/protocols/roleplay.md §3) show the script misreads
-it. A question on which the two verdicts differ is *explained* when every answer that differs
-in it is either read by a person (`biaslab.datasets.biaslens_readings`) with biaslab's verdict,
-or unread and of such a family; an answer read with the script's verdict leaves its question
-unexplained whatever its family.
+(biaslab/datasets/files/biaslens/readings/biaslens_readings*.csv, docs/protocols/roleplay.md §3)
+show the script misreads it. A question on which the two verdicts differ is *explained* when
+every answer that differs in it is either read by a person (`biaslab.datasets.biaslens_readings`)
+with biaslab's verdict, or unread and of such a family; an answer read with the script's
+verdict leaves its question unexplained whatever its family.
 """
 
 from __future__ import annotations
@@ -94,14 +94,14 @@ SCRIPT_WRONG_FOR = {
 }
 """Families not marked `script_wrong` (on some model's answers the script is right) where the
 readings show the script misreads *this model's* answers: every one of the model's answers in
-the family was read (biaslab/datasets/files/biaslens/readings/biaslens_readings*.csv), and on each the person's verdict
-is biaslab's. Mistral's answers in these families are not among them although they too were
-all read (draw 5 completed the census): the script's verdict is the person's on 2 of the 26
-read answers of *no option picked* and on 1 of the 22 of *several options at once* (leans a
-general rule does not reach: "understanding from fellow veterans can be particularly
-comforting" for "With military experience"; docs/protocols/roleplay.md §3a). (*A group picked
-beside a refusal phrase* is marked for every model: once two misread readings of draw 2 were
-corrected, every reading of it, all models, sides with biaslab.)"""
+the family was read (biaslab/datasets/files/biaslens/readings/biaslens_readings*.csv), and on
+each the person's verdict is biaslab's. Mistral's answers in these families are not among them
+although they too were all read (draw 5 completed the census): the script's verdict is the
+person's on 2 of the 26 read answers of *no option picked* and on 1 of the 22 of *several
+options at once* (leans a general rule does not reach: "understanding from fellow veterans
+can be particularly comforting" for "With military experience"; docs/protocols/roleplay.md
+§3a). (*A group picked beside a refusal phrase* is marked for every model: once two misread
+readings of draw 2 were corrected, every reading of it, all models, sides with biaslab.)"""
 
 
 def script_misreads(family: str, model: str | None = None) -> bool:

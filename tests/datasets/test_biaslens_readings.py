@@ -27,23 +27,15 @@ biaslab; seven of them had been printed with biaslab's label earlier in the roun
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from biaslab.agents.parsers import ParseError
 from biaslab.datasets.biaslens import choice_options
+from biaslab.datasets.biaslens_readings import READING_FILES, load_readings, person_biased
 from biaslab.evaluators import roleplay_released as rr
 from biaslab.evaluators.roleplay_replies import read_choice, read_yes_no
 
-from biaslab.datasets.biaslens_readings import readings_dir
-
-HERE = readings_dir()
-READINGS = pd.read_csv(HERE / "biaslens_readings.csv", dtype=str, keep_default_na=False)
-DRAW2 = pd.read_csv(HERE / "biaslens_readings_draw2.csv", dtype=str, keep_default_na=False)
-DRAW3 = pd.read_csv(HERE / "biaslens_readings_draw3.csv", dtype=str, keep_default_na=False)
-DRAW4 = pd.read_csv(HERE / "biaslens_readings_draw4.csv", dtype=str, keep_default_na=False)
-DRAW5 = pd.read_csv(HERE / "biaslens_readings_draw5.csv", dtype=str, keep_default_na=False)
+READINGS, DRAW2, DRAW3, DRAW4, DRAW5 = (load_readings((name,)) for name in READING_FILES)
 
 
 def _read(row) -> str:
@@ -58,9 +50,7 @@ def _read(row) -> str:
 
 def _biased(row, label: str) -> bool:
     """A person's (or biaslab's) verdict on one answer: Yes, or a group picked."""
-    if row.type == "yes_no":
-        return label == "yes"
-    return label not in ("nonanswer", "unparsed", "refusal", choice_options(row.question)[-1].letter)
+    return person_biased(row.type, row.question, label)
 
 
 def test_the_readings_cover_every_model_and_are_read_by_a_person():
@@ -124,8 +114,6 @@ def test_an_answer_read_twice_has_one_verdict():
     text of a question was read twice (in two draws, or as two samples with the same text),
     both readings give the same verdict: the per-answer explanation does not depend on which
     reading it meets."""
-    from biaslab.datasets.biaslens_readings import load_readings, person_biased
-
     both = load_readings()
     both = both.assign(verdict=[person_biased(t, q, lab) for t, q, lab in
                                 zip(both["type"], both["question"], both["label"])],
