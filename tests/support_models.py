@@ -13,19 +13,33 @@ def slow_synthetic():
 STOP_S = 20.0
 """How long a `slow_to_stop_synthetic` call holds the process once it is cancelled."""
 
+HOLD_DIR_ENV = "BIASLAB_TEST_HOLD_DIR"
+"""A folder shared with the test: once it holds a file ``hold``, every new call of
+`slow_to_stop_synthetic` leaves a ``held-*`` file there and waits until it is cancelled, so a
+test can send Ctrl-C knowing a call is in flight (without it, a Ctrl-C that lands between calls
+meets nothing to cancel, and the process rightly ends at once)."""
+
 
 def slow_to_stop_synthetic():
     """The slow synthetic agent, but a cancelled call blocks the process for `STOP_S` before it
     gives up, as an embedded model's native generation does: only a second Ctrl-C that quits
     at once ends such a process quickly."""
     import asyncio
+    import os
     import time
+    import uuid
+    from pathlib import Path
 
     from biaslab.agents.providers.scripted import ScriptedChatModel
+
+    hold_dir = Path(os.environ[HOLD_DIR_ENV]) if os.environ.get(HOLD_DIR_ENV) else None
 
     class SlowToStop(ScriptedChatModel):
         async def acomplete(self, messages, kwargs):
             try:
+                if hold_dir is not None and (hold_dir / "hold").exists():
+                    (hold_dir / f"held-{uuid.uuid4().hex}").touch()
+                    await asyncio.sleep(3600)
                 return await super().acomplete(messages, kwargs)
             except asyncio.CancelledError:
                 time.sleep(STOP_S)

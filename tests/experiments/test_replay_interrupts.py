@@ -34,8 +34,8 @@ n_resamples = 200
 CELLS = 14  # E1: clean + 3 targets x 2 directions, 2 seeds
 
 
-def _env() -> dict:
-    return {**os.environ, "BIASLAB_CACHE": "off",
+def _env(**extra: str) -> dict:
+    return {**os.environ, **extra, "BIASLAB_CACHE": "off",
             "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
                                            os.environ.get("PYTHONPATH", "")])}
 
@@ -67,12 +67,23 @@ def source(tmp_path, monkeypatch) -> Path:
     return tmp_path / "src"
 
 
-def _counterfactual(source: Path, out: Path, model: str, *extra: str, **kwargs):
+def _counterfactual(source: Path, out: Path, model: str, *extra: str, env=None, **kwargs):
     argv = [sys.executable, "-m", "biaslab", "replay", str(source), "--mode", "counterfactual",
             "--node", "prediction", "--model", f"scripted:support_models:{model}",
             "--out", str(out), "--quiet", *extra]
-    return subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            **kwargs)
+    return subprocess.Popen(argv, env=env or _env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, **kwargs)
+
+
+def _hold_calls(hold_dir: Path, proc) -> None:
+    """From now on, new calls of `slow_to_stop_synthetic` wait until cancelled; return once
+    one is waiting, so the Ctrl-C that follows certainly finds a call in flight."""
+    (hold_dir / "hold").touch()
+    deadline = time.monotonic() + 60
+    while not any(hold_dir.glob("held-*")) and time.monotonic() < deadline:
+        assert proc.poll() is None, "it finished before it could be interrupted"
+        time.sleep(0.05)
+    assert any(hold_dir.glob("held-*")), "no call started within a minute"
 
 
 def test_first_ctrl_c_stops_a_replay_cleanly_and_resume_finishes_it(source, tmp_path):
@@ -98,9 +109,14 @@ def test_first_ctrl_c_stops_a_replay_cleanly_and_resume_finishes_it(source, tmp_
 def test_a_second_ctrl_c_quits_a_replay_at_once(source, tmp_path):
     from support_models import STOP_S
 
-    out = tmp_path / "cf"
-    proc = _counterfactual(source, out, "slow_to_stop_synthetic")
+    from support_models import HOLD_DIR_ENV
+
+    out, hold = tmp_path / "cf", tmp_path / "hold"
+    hold.mkdir()
+    proc = _counterfactual(source, out, "slow_to_stop_synthetic",
+                           env=_env(**{HOLD_DIR_ENV: str(hold)}))
     _wait_for(out, proc, 1)
+    _hold_calls(hold, proc)
     proc.send_signal(signal.SIGINT)  # its calls in flight now hold the process for STOP_S
     time.sleep(0.5)
     assert proc.poll() is None
@@ -117,21 +133,24 @@ def test_a_second_ctrl_c_quits_a_replay_at_once(source, tmp_path):
 
 
 def test_a_second_ctrl_c_quits_shard_workers_at_once(tmp_path):
-    from support_models import STOP_S
+    from support_models import HOLD_DIR_ENV, STOP_S
 
+    hold = tmp_path / "hold"
+    hold.mkdir()
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC_TOML.replace("scripted:amplification-synthetic",
                                       "scripted:support_models:slow_to_stop_synthetic"))
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "biaslab", "run", str(spec), "--out",
                              str(out), "--workers", "2", "--quiet", "--no-report"],
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=_env(**{HOLD_DIR_ENV: str(hold)}), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)  # a group, as a terminal's Ctrl-C reaches
     shards = [out / "shards" / f"{i}-of-2" for i in range(2)]
     deadline = time.monotonic() + 120
     while sum(_done(s) for s in shards) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None
+    _hold_calls(hold, proc)
     os.killpg(proc.pid, signal.SIGINT)  # the workers' calls in flight now block for STOP_S
     time.sleep(0.5)
     started = time.monotonic()
