@@ -47,3 +47,19 @@ def slow_to_stop_synthetic():
 
     agent = make_agent()
     return SlowToStop(name_=agent.name_, rules=agent.rules, latency_s=0.15)
+
+
+NICE_DIR_ENV = "BIASLAB_TEST_NICE_DIR"
+"""A folder where `niceness_recording_synthetic` writes the nice value of each process that
+builds it (a shard worker, a Ray task), one file per process."""
+
+
+def niceness_recording_synthetic():
+    """The synthetic amplification agent; building it records this process's nice value."""
+    import os
+    from pathlib import Path
+
+    folder = os.environ.get(NICE_DIR_ENV)
+    if folder:
+        (Path(folder) / f"{os.getpid()}.nice").write_text(str(os.nice(0)))
+    return make_agent()

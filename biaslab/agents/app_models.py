@@ -39,6 +39,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
+from biaslab.agents.app_threads import roomy_default_executor
 from biaslab.agents.ask import call_seed, complete_recorded
 from biaslab.agents.class_patch import ClassPatch
 from biaslab.agents.context import CellContext
@@ -85,6 +86,9 @@ class AppCalls:
     answered from it (`Gateway.seed`)."""
     _seen: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        roomy_default_executor(self.loop)  # sync nodes wait on it (agents.app_threads)
 
     def sample_of(self, node: str, request: str) -> int:
         """The how-many-th identical request of `node` this is in the cell: a node asking the

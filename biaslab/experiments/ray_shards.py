@@ -109,7 +109,13 @@ def run_with_ray(jobs: Sequence[tuple[Path, str]], main_dir: Path, concurrency: 
                  runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(
                      p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
                      **{k: v for k, v in os.environ.items() if k.startswith("BIASLAB_")}}},
-                 **({} if address else {"num_cpus": len(jobs) or 1}))
+                 **({} if address else {"num_cpus": len(jobs) or 1,
+                                        # Ray starts its workers at nice 15, as background
+                                        # work; here they are the user's run itself, and
+                                        # niced they crawled whenever anything else ran
+                                        # (the Ray tests took ~10 min beside four busy
+                                        # processes). A cluster joined keeps its own setting.
+                                        "_system_config": {"worker_niceness": 0}}))
     try:
         task = ray.remote(num_cpus=1, max_retries=2)(_shard_task)
         main_ref = ray.put(store_bytes(main_dir) if _has_done_cells(main_dir) else None)

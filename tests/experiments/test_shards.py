@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 import pytest
@@ -129,6 +131,28 @@ def test_ray_executor_on_a_local_instance(spec_file, whole, tmp_path):
     assert main(["run", str(spec_file), "--workers", "3", "--executor", "ray", "--out",
                  str(out), "--quiet"]) == 0
     assert_same_run(out, whole)
+
+
+@pytest.mark.exclusive("ray")
+def test_ray_shard_workers_run_at_normal_priority(tmp_path, monkeypatch):
+    """Ray starts workers at nice 15; a local instance biaslab starts sets them to 0, since
+    they are the user's run (niced, they crawled beside other busy programs)."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'biaslab[ray]')")
+    from support_models import NICE_DIR_ENV
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))
+    nice_dir = tmp_path / "nice"
+    nice_dir.mkdir()
+    monkeypatch.setenv(NICE_DIR_ENV, str(nice_dir))  # BIASLAB_*: passed to Ray's workers
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parents[1]),
+                                                      os.environ.get("PYTHONPATH", "")]))
+    spec = dict(SPEC, models=["scripted:support_models:niceness_recording_synthetic"])
+    path = tmp_path / "spec.toml"
+    path.write_text(tomli_w.dumps(spec))
+    assert main(["run", str(path), "--workers", "2", "--executor", "ray", "--out",
+                 str(tmp_path / "ray"), "--quiet", "--no-report"]) == 0
+    seen = [int(f.read_text()) for f in nice_dir.glob("*.nice")]
+    assert len(seen) >= 2 and set(seen) == {0}, seen  # both shards, in their own workers
 
 
 def test_merge_never_replaces_a_done_cell_with_a_failed_one(tmp_path):
