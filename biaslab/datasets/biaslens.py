@@ -22,9 +22,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+# pandas is imported inside the functions that use it: it costs ~0.5 s at the start of every
+# `biaslab` command (the protocols' graphs import this module to register them).
+if TYPE_CHECKING:
+    import pandas as pd
 
 from biaslab.datasets import file_stamps
 from biaslab.datasets.user_files import read_user_csv
@@ -177,6 +181,8 @@ def bank_stamp(bank_dir: str | Path | None) -> tuple | None:
 
 @lru_cache(maxsize=8)
 def _questions(root: str, stamp: tuple | None = None) -> pd.DataFrame:
+    import pandas as pd
+
     frames = []
     for attribute in ATTRIBUTES:
         role_file = _question_file(Path(root), "role", attribute)
@@ -250,6 +256,8 @@ def sample_questions(frame: pd.DataFrame, per_stratum: int | None, *, seed: int,
     each stratum; a ``stratum_size`` column gives each stratum's size in the bank, to scale
     sampled rates back to bank counts.
     """
+    import pandas as pd
+
     sizes = frame.groupby(list(by))["qid"].transform("size")
     frame = frame.assign(stratum_size=sizes.astype(int))
     if per_stratum is None:
@@ -276,6 +284,8 @@ def write_bank(out_dir: str | Path, roles: dict[str, list[str]], questions: pd.D
         questions: columns ``attribute``, ``role``, ``type`` (yes_no, choice, why) and
             ``question`` (with its role statement).
     """
+    import pandas as pd
+
     out = Path(out_dir)
     written = []
     for attribute, names in roles.items():

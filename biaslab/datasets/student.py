@@ -21,7 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+# pandas is imported inside the functions that use it: it costs ~0.5 s at the start of every
+# `biaslab` command (this module is loaded to register the protocols), most of which read no data.
+if TYPE_CHECKING:
+    import pandas as pd
 
 from biaslab.datasets import file_stamps, fit_cache
 from biaslab.errors import UserError
@@ -110,6 +113,8 @@ def load_student(dataset: str, path: str | os.PathLike | None = None) -> pd.Data
 
 
 def _parse(path: Path) -> pd.DataFrame:
+    import pandas as pd
+
     where = str(path)
     try:
         raw = pd.read_csv(path, sep=";", dtype=str, keep_default_na=False, na_filter=False)
@@ -433,6 +438,8 @@ def fit_inputs(split: StudentSplit, table_digest: str) -> dict:
     and the numbers of the training rows, which together fix the exact rows and labels the
     model sees: the data file, the split seed and the split code are all covered), the model's
     parameters, and the versions of the libraries that fit, write and load it."""
+    import pandas as pd
+
     import sklearn
     import skops
 
@@ -451,6 +458,8 @@ def rows_digest(frame: pd.DataFrame) -> str:
 
 def table_digest(df: pd.DataFrame) -> str:
     """A hash of a `load_student` frame's content: values, row numbers, columns and dtypes."""
+    import pandas as pd
+
     digest = hashlib.sha256(pd.util.hash_pandas_object(df, index=True).to_numpy().tobytes())
     digest.update(repr([(c, str(t)) for c, t in df.dtypes.items()]).encode())
     return digest.hexdigest()

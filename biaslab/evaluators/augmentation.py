@@ -9,10 +9,13 @@ left out and counted, never imputed.
 from __future__ import annotations
 
 from itertools import combinations
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-import pandas as pd
+# pandas is imported inside the functions that use it: it costs ~0.5 s at the start of every
+# `biaslab` command (the protocols' graphs import this module to register them).
+if TYPE_CHECKING:
+    import pandas as pd
 
 from biaslab.datasets.user_files import read_label_csv
 from biaslab.evaluators.exposure_effects import paired_condition_effects
@@ -44,6 +47,8 @@ def cluster_rate(values: pd.Series, clusters: pd.Series, *, n_resamples: int = 2
     The statistic is a ratio of sums over resampled clusters, so clusters with more responses
     weigh more, exactly as in the point estimate.
     """
+    import pandas as pd
+
     frame = pd.DataFrame({"v": pd.to_numeric(values, errors="coerce"), "c": clusters.values})
     frame = frame.dropna(subset=["v"])
     n = len(frame)
@@ -69,6 +74,8 @@ def decisive_rates(rows: pd.DataFrame, by: Sequence[str], *, n_resamples: int = 
     DR% = 100 × decisive / scored; AR% = 100 − DR% (its CI mirrors DR's). 0 means the target
     always abstained. ``n_unscored`` counts responses without a verdict.
     """
+    import pandas as pd
+
     out = []
     for key, part in rows.groupby(list(by), sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
@@ -95,6 +102,8 @@ def mean_decisive_rates(rows: pd.DataFrame, by: Sequence[str], over: str, *,
     without a scored response is dropped). ``n_over`` counts the values averaged,
     ``n_sources`` the sources with a scored response, ``n`` the scored responses.
     """
+    import pandas as pd
+
     out = []
     scored_rows = rows.dropna(subset=["dr"])
     for key, part in scored_rows.groupby(list(by), sort=True, dropna=False):
@@ -172,6 +181,8 @@ def _cluster_ci(fn, arrays: list[np.ndarray], value: float, n_clusters: int,
 def _per_source(part: pd.DataFrame) -> tuple[list[np.ndarray], int]:
     """Per source example: answers, correct ones (the unknown option), biased and
     counter-biased ones (non-unknown answers that are / are not the biased one)."""
+    import pandas as pd
+
     c = part["mc_choice"].to_numpy(float)
     lab = part["label"].to_numpy(float)
     bia = part["biased"].to_numpy(float)
@@ -195,6 +206,8 @@ def bbq_metrics(rows: pd.DataFrame, by: Sequence[str], *, n_resamples: int = 200
     option; ``n_no_target`` counts the answers left out of them, ``bias_accuracy`` is the
     accuracy of those ``n_bias`` answers (s_AMB = (1 − bias_accuracy)·s_DIS). Answers without
     a parsed letter are left out of everything and counted (``n_unscored``)."""
+    import pandas as pd
+
     out = []
     for key, part in rows.groupby(list(by), sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
@@ -232,6 +245,8 @@ def pass_rates(scenarios: pd.DataFrame, by: Sequence[str], *, n_resamples: int =
                random_state: int = 0) -> pd.DataFrame:
     """Share of generated scenarios that passed the unanimous filter, per `by` group, with a
     cluster CI; plus each validator's "not answerable" rate and its unscored votes."""
+    import pandas as pd
+
     out = []
     for key, part in scenarios.groupby(list(by), sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
@@ -254,6 +269,8 @@ def exposure_effects(rows: pd.DataFrame, *, n_resamples: int = 2000, random_stat
     (per model, seed and evaluation condition). A source example's value in an arm is its DR
     over that condition's responses; different arms may keep different scenarios, so the
     pairing is on the source example, not on the scenario."""
+    import pandas as pd
+
     per = (rows.dropna(subset=["dr"])
            .groupby(["exposure", "model", "seed", "condition", "item"], sort=True)["dr"]
            .mean().mul(100).rename("dr_pct").reset_index())
@@ -296,6 +313,8 @@ def step_pass_rates(scenarios: pd.DataFrame, summary: pd.DataFrame, by: Sequence
     Wilson intervals treat the inputs of a step as independent; the variants of one source
     example are not quite, so read them as a floor on the uncertainty.
     """
+    import pandas as pd
+
     by = list(by)
     groups = summary.groupby(by, sort=True) if by else [((), summary)]
     variants = ({(k if isinstance(k, tuple) else (k,)): part
@@ -326,6 +345,8 @@ def rule_rejections(scenarios: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFr
     that broke it (an input may break several checks, so the counts can sum to more than
     the rejected inputs). The rephrase's checks run in its parser: its rows count the
     source examples whose last attempt failed that way."""
+    import pandas as pd
+
     counts: dict[tuple[str, str], int] = {}
     for failed in scenarios.get("failed_checks", pd.Series(dtype=object)):
         for name in failed or ():
@@ -358,6 +379,8 @@ def stereotype_decisions(scenarios: pd.DataFrame, by: Sequence[str] = ("category
     ``overruled%`` = 100 × n_overruled / n_people. A variant counts once however many
     target models answered it (pass the generations once, `unique_generations`).
     """
+    import pandas as pd
+
     by = list(by)
     people = [{**{k: row[k] for k in by}, "decided_by": m.get("decided_by", "unrecorded"),
                "stereotyped": bool(m.get("stereotyped")),
@@ -421,6 +444,8 @@ def condition_contrasts(rows: pd.DataFrame, by: Sequence[str] = ("model",), *,
     is the mean over them of DR%_b − DR%_a, in percentage points, with a paired percentile
     bootstrap CI over source examples (and seeds). 0 means no change between the two.
     """
+    import pandas as pd
+
     by = list(by)
     per = (rows.dropna(subset=["dr"])
            .groupby([*by, "seed", "condition", "item"], sort=True)["dr"]
@@ -468,6 +493,8 @@ def pass_rate_effects(generation: pd.DataFrame, *, arm: str = "exposure",
         ``kept_arm``, the scenarios kept over all sources of each arm. With a fixed number
         of variants per source, the mean of ``kept%`` is the pooled share kept.
     """
+    import pandas as pd
+
     by = list(by)
     data = generation.assign(one=1.0)
     kept = {k if isinstance(k, tuple) else (k,): v
@@ -512,6 +539,8 @@ def read_human_labels(path) -> pd.DataFrame:
         UserError: unreadable file, a missing column, a label that is not yes/no, or a
             variant that is not an integer.
     """
+    import pandas as pd
+
     frame = read_label_csv(path, "human label file", ("item", "variant"),
                            integers=("variant",))
     if "annotator" not in frame:
@@ -540,6 +569,8 @@ def human_agreement(human: pd.DataFrame, votes: pd.DataFrame, validators: Sequen
         whose annotators tie is left out (``human_ties``); labels of scenarios that never
         reached the validators are counted in ``n_unmatched``.
     """
+    import pandas as pd
+
     keys = ["item", "variant", *(["seed"] if "seed" in human else [])]
     wide = human.pivot_table(index=keys, columns="annotator", values="label", aggfunc="first")
     shares = wide.mean(axis=1)

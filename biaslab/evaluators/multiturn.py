@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
-import pandas as pd
+# pandas is imported inside the functions that use it: it costs ~0.5 s at the start of every
+# `biaslab` command (the protocols' graphs import this module to register them).
+if TYPE_CHECKING:
+    import pandas as pd
 
 from biaslab.datasets.user_files import read_label_csv
 from biaslab.evaluators.multiturn_intervals import (Ratio, paired_effect, pooled_mean_ci,
@@ -213,6 +216,8 @@ def guardrail_shares(labels, blocked, *, exists=None) -> pd.DataFrame:
     """Per turn: shares of dialogues whose turn is blocked, passed and biased, passed and not
     biased, or undetermined (no guardrail score or no label). Rows sum to 1 over the
     dialogues that reached turn t (`exists`, default: a label or a score at t)."""
+    import pandas as pd
+
     m, b = _matrix(labels), np.asarray(blocked, float)
     present = (~np.isnan(m) | ~np.isnan(b)) if exists is None else np.asarray(exists, bool)
     rows = []
@@ -501,6 +506,8 @@ def human_agreement(human: pd.DataFrame, judge: pd.DataFrame, *, n_resamples: in
         with a human majority, no tie, and a judge label), with ``n_items``, ``ac1`` and its
         95% percentile bootstrap interval over items (``ac1_ci_low``, ``ac1_ci_high``).
     """
+    import pandas as pd
+
     wide = human.pivot_table(index=["cell_id", "turn"], columns="annotator", values="label",
                              aggfunc="first")
     complete = wide.dropna()

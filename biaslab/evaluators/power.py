@@ -52,11 +52,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.stats import binom, nct, norm
-from scipy.stats import t as student_t
 
 from biaslab.errors import UserError
+
+# scipy is imported inside the functions that compute: it costs ~0.7 s at the start of every
+# `biaslab` command that plans a run, and only power and MDE figures need it.
 
 __all__ = ["TESTS", "DEFAULT_TESTS", "achieved_power", "exact_minimum_detectable_effect", "exact_required_n",
            "PowerContrast", "PowerAssumptions", "Design", "DESIGNS", "z_sum",
@@ -152,6 +152,8 @@ class PowerAssumptions:
 def z_sum(alpha: float = 0.05, power: float = 0.8) -> float:
     """``z_{1−α/2} + z_{power}``: how many standard errors an effect must be to be detected
     (2.80 at α = 0.05 and 80%). The far tail of a two-sided test is left out (< 1e-5 here)."""
+    from scipy.stats import norm
+
     if not 0 < alpha < 1 or not 0 < power < 1:
         raise UserError(f"alpha and power must lie in (0, 1), got {alpha} and {power}")
     return float(norm.ppf(1 - alpha / 2) + norm.ppf(power))
@@ -173,6 +175,8 @@ def minimum_detectable_effect(contrast: PowerContrast, assumptions: PowerAssumpt
     """The smallest absolute effect detected with `power` at `n` units (default the
     contrast's); an increase over the baseline for binary designs. NaN when no effect up to a
     rate of 1 is detectable (too few units for that baseline)."""
+    from scipy.optimize import brentq
+
     n = contrast.n if n is None else n
     if n < 2:
         return math.nan
@@ -238,11 +242,15 @@ to well under a unit's worth of power there); `achieved_power` still reports it.
 
 def _support(n: int, p: float) -> np.ndarray:
     """The counts of Bin(n, p) that carry all but 1e-12 of its mass."""
+    from scipy.stats import binom
+
     low, high = binom.ppf(1e-13, n, p), binom.isf(1e-13, n, p)
     return np.arange(int(max(low - 1, 0)), int(min(high + 1, n)) + 1)
 
 
 def _z_test_power(n: int, p0: float, p1: float, alpha: float) -> float:
+    from scipy.stats import binom, norm
+
     k0, k1 = _support(n, p0), _support(n, p1)
     w0, w1 = binom.pmf(k0, n, p0), binom.pmf(k1, n, p1)
     s0, s1 = k0[:, None].astype(float), k1[None, :].astype(float)
@@ -255,6 +263,8 @@ def _z_test_power(n: int, p0: float, p1: float, alpha: float) -> float:
 
 
 def _mcnemar_power(n: int, p0: float, p1: float, rho: float, alpha: float) -> float:
+    from scipy.stats import binom
+
     both = p0 * p1 + rho * math.sqrt(p0 * (1 - p0) * p1 * (1 - p1))
     p01, p10 = max(p1 - both, 0.0), max(p0 - both, 0.0)  # 0 → 1 and 1 → 0
     q = p01 + p10
@@ -273,6 +283,8 @@ def _mcnemar_power(n: int, p0: float, p1: float, rho: float, alpha: float) -> fl
 
 
 def _paired_t_binary_power(n: int, p0: float, p1: float, rho: float, alpha: float) -> float:
+    from scipy.stats import binom, t as student_t
+
     both = p0 * p1 + rho * math.sqrt(p0 * (1 - p0) * p1 * (1 - p1))
     p01, p10 = max(p1 - both, 0.0), max(p0 - both, 0.0)
     up = _support(n, p01)
@@ -293,6 +305,8 @@ def _paired_t_binary_power(n: int, p0: float, p1: float, rho: float, alpha: floa
 
 
 def _t_power(effect: float, se: float, df: float, alpha: float) -> float:
+    from scipy.stats import nct, t as student_t
+
     if se <= 0 or df <= 0:
         return math.nan
     crit, shift = student_t.ppf(1 - alpha / 2, df), effect / se

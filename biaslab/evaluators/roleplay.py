@@ -29,10 +29,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
-import pandas as pd
+# pandas is imported inside the functions that use it: it costs ~0.5 s at the start of every
+# `biaslab` command (the protocols' graphs import this module to register them).
+if TYPE_CHECKING:
+    import pandas as pd
 
 from biaslab.agents.parsers import NoVerdict, ParseError
 from biaslab.datasets.user_files import read_label_csv
@@ -196,6 +199,8 @@ def question_shares(frame: pd.DataFrame, by: Sequence[str],
 def _seed_sd(frame: pd.DataFrame, by: Sequence[str], value: pd.Series) -> pd.DataFrame:
     """Per group: the standard deviation between seeds of the group's per-seed mean of `value`
     (NaN with one seed), and how many seeds there are."""
+    import pandas as pd
+
     seed = frame["seed"] if "seed" in frame.columns else pd.Series(0, index=frame.index)
     data = frame[list(by)].assign(_seed=seed.to_numpy(), _v=value.to_numpy())
     per_seed = data.groupby([*by, "_seed"], sort=True, dropna=False)["_v"].mean()
@@ -225,6 +230,8 @@ def biased_counts(frame: pd.DataFrame, by: Sequence[str], confidence: float = 0.
         column, ``bank_estimate`` scales each attribute × type stratum's paper rate to the bank
         (sum over strata of rate × stratum size).
     """
+    import pandas as pd
+
     by = list(by)
     if frame.empty:
         return pd.DataFrame(columns=[*by, "n", "biased", "undecided", "n_decided", "rate",
@@ -263,6 +270,8 @@ def table3(frame: pd.DataFrame) -> pd.DataFrame:
     Total. Cells count biased questions (2 of 3 answers biased) among those asked; with several
     seeds, the mean over seeds.
     """
+    import pandas as pd
+
     counts = biased_counts(frame, ["model", "attribute", "type"])
     if counts.empty:
         return pd.DataFrame()
@@ -308,6 +317,8 @@ def role_vs_no_role(frame: pd.DataFrame, by: Sequence[str] = ("model", "type"),
         or 1), the pooled two-proportion ``z`` and two-sided ``p_value``, and the same two
         rates among decided questions (``rate_role_decided``, ``rate_no_role_decided``).
     """
+    import pandas as pd
+
     by = list(by)
     if frame.empty:
         return pd.DataFrame()
@@ -358,6 +369,8 @@ def model_average(table: pd.DataFrame, by: str = "type") -> pd.DataFrame:
     unweighted mean over models of every numeric column (each model counts once, whatever
     its number of questions), and ``n_models``. Rates average the models' rates; they are not
     pooled counts. Empty when the table is."""
+    import pandas as pd
+
     if table.empty:
         return pd.DataFrame()
     numeric = [c for c in table.columns if c not in ("model", by)
@@ -398,6 +411,8 @@ def consistency_table(frame: pd.DataFrame, by: Sequence[str] = ("model", "type")
     The three shares sum to 1. Each has a Wilson CI; ``k0`` .. ``k<repeats>`` are the counts
     (means over seeds) of questions with k biased answers.
     """
+    import pandas as pd
+
     by = list(by)
     if frame.empty:
         return pd.DataFrame()
@@ -440,6 +455,8 @@ def overlap_counts(frame: pd.DataFrame) -> pd.DataFrame:
         ``n_models`` (1..M) → ``questions`` (how many questions trigger exactly that many
         models) and ``share``; plus the model count ``of_models``.
     """
+    import pandas as pd
+
     models = frame["model"].nunique() if len(frame) else 0
     per_seed = []
     for part in _per_seed(frame):
@@ -459,6 +476,8 @@ def overlap_counts(frame: pd.DataFrame) -> pd.DataFrame:
 def overlap_by_type(frame: pd.DataFrame) -> pd.DataFrame:
     """`overlap_counts` within each question type (Figure 7 split by type): for each type, how
     many of its bias-triggering questions trigger 1..M models, with ``type`` as a column."""
+    import pandas as pd
+
     if frame.empty:
         return pd.DataFrame()
     parts = [overlap_counts(part).assign(type=qtype)
@@ -470,6 +489,8 @@ def overlap_by_type(frame: pd.DataFrame) -> pd.DataFrame:
 def per_attribute(frame: pd.DataFrame) -> pd.DataFrame:
     """Average biased count per attribute over models, with the pooled paper rate (biased /
     questions asked) and its CI, and the pooled rate among decided questions."""
+    import pandas as pd
+
     counts = biased_counts(frame, ["model", "attribute"])
     rows = []
     for attribute, part in counts.groupby("attribute", sort=True):
@@ -551,6 +572,8 @@ def judge_votes_table(responses: pd.DataFrame, judges: Sequence[str],
         move the verdict only when it is pivotal, so a judge whose own share moves a lot while
         its pivotal rate is low leaves the tables unchanged.
     """
+    import pandas as pd
+
     by = [c for c in by if c in responses.columns]
     columns = [*by, "judge", "answers", "votes", "biased_share", "unparsed",
                "ensemble_biased_share", "pivotal_rate"]
@@ -578,6 +601,8 @@ def judge_pairs_table(responses: pd.DataFrame, judges: Sequence[str],
                       by: Sequence[str] = ("model", "variant", "condition")) -> pd.DataFrame:
     """Pairwise agreement of the Why judges per group: percent agreement and Cohen's kappa
     over the answers both judges parsed (`oracle_agreement`)."""
+    import pandas as pd
+
     by = [c for c in by if c in responses.columns]
     columns = [*by, "judge_a", "judge_b", "n", "n_dropped", "kappa", "percent_agreement"]
     if responses.empty:

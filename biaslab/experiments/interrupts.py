@@ -25,8 +25,6 @@ import threading
 from pathlib import Path
 from typing import Any, Coroutine
 
-from biaslab.traces.store import STORE_FILE, RunStore
-
 __all__ = ["CtrlC", "Cancellable", "ctrl_c_guard", "interrupted_by_signal", "is_ctrl_c_watcher", "kept_message",
            "interrupt_hint_text", "quit_now", "run_coroutine", "set_interrupt_hint"]
 
@@ -37,6 +35,11 @@ EXIT_INTERRUPTED = 130
 def kept_message(run_dir: Path, cells_total: int | None, hint: str | None = None) -> str:
     """How much of an interrupted run is kept, read from its store, and how to continue
     (`hint`: the command that continues it, default ``biaslab run --resume RUN_DIR``)."""
+    # imported here: every `biaslab` command imports this module first (`cli.main`), and the
+    # store's records (pydantic) would double the start-up of --help and of a refused argument;
+    # every command that can be interrupted with cells to keep has loaded the store already.
+    from biaslab.traces.store import STORE_FILE, RunStore
+
     hint = f"continue with: {hint or f'biaslab run --resume {run_dir}'}"
     if not (Path(run_dir) / STORE_FILE).is_file():
         return f"interrupted before any cell finished.\n{hint}"

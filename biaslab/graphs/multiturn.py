@@ -32,9 +32,8 @@ import operator
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
 
-import pandas as pd
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, ConfigDict, Field
@@ -49,6 +48,9 @@ from biaslab.graphs.compose import add_turn_loop, text_answer
 from biaslab.graphs.llm_nodes import LLMNode, declare_llm, llm_agent
 from biaslab.graphs.registry import Protocol, protocol
 from biaslab.graphs.units import AnalysisUnit, any_true
+
+if TYPE_CHECKING:  # annotations only: pandas costs ~0.5 s at every `biaslab` start
+    import pandas as pd
 
 __all__ = ["Multiturn", "MultiturnOptions", "MultiturnState", "MOVES", "STATIC_TASKS",
            "FRAMINGS", "parse_variant", "seed_table", "user_turn_parser",

@@ -14,9 +14,7 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from pydantic import ValidationError
 
@@ -24,6 +22,12 @@ from biaslab.traces.cache import CACHE_DDL, CallCache
 from biaslab.traces.damage import (TABLES, Damage, damage_error, decode, find_damage,
                                    missing_tables, tables_error)
 from biaslab.traces.records import CallRecord
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# pandas is imported inside the methods that build frames: it costs ~0.5 s at the start of
+# every `biaslab` command, and most of them (a run's writes, --help) never read a frame.
 
 __all__ = ["RunStore", "STORE_FILE"]
 
@@ -299,6 +303,8 @@ class RunStore:
         ``parse_error`` and one column per `fields` entry (column name → JSON path into the
         record, e.g. ``"$.raw"``), each as JSON text (``json.loads`` gives the value: a
         string, number, boolean, list, object or None; a path the record lacks gives None)."""
+        import pandas as pd
+
         nodes = list(nodes)
         if not nodes:
             return pd.DataFrame(columns=["cell_id", "seq", "node", "error", "parse_error",
@@ -317,6 +323,8 @@ class RunStore:
             raise
 
     def cells(self) -> pd.DataFrame:
+        import pandas as pd
+
         frame = pd.read_sql_query("SELECT * FROM cells ORDER BY ord", self.conn)
         if len(frame):
             coords = pd.DataFrame([decode(c, self.path, "cells", f"cell {cid!r}", "coords", cid)
@@ -340,6 +348,8 @@ class RunStore:
 
     def calls(self) -> pd.DataFrame:
         """Every call record as a DataFrame (messages and params kept as Python objects)."""
+        import pandas as pd
+
         rows = [c.model_dump() for c in self.iter_calls()]
         return pd.DataFrame(rows, columns=list(CallRecord.model_fields))
 
@@ -354,6 +364,8 @@ class RunStore:
             raise
 
     def _calls_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         return pd.read_sql_query(
             "SELECT cell_id, seq, node, json_extract(record, '$.item') AS item, "
             "json_extract(record, '$.sample') AS sample, "
@@ -410,6 +422,8 @@ class RunStore:
 
     def export(self, out_dir: str | Path, fmt: str = "parquet") -> list[Path]:
         """Write calls, cells and outputs as Parquet or JSONL; nested fields as JSON strings."""
+        import pandas as pd
+
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         calls = self.calls()
