@@ -128,13 +128,12 @@ def plot_model_comparisons(table: pd.DataFrame, figures: Path) -> list[Path]:
                  fontsize=9)
     ax.legend(fontsize=7, loc="best")
     figures.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for ext in ("png", "svg"):
-        path = figures / f"{MODEL_COMPARISONS_FILE}.{ext}"
-        fig.savefig(path, dpi=150 if ext == "png" else "figure", bbox_inches="tight",
-                    metadata={"Date": None} if ext == "svg" else None)
-        paths.append(path)
-    return paths
+    from biaslab.experiments.reports.figure_files import save_figure
+
+    return save_figure(fig, [
+        (figures / f"{MODEL_COMPARISONS_FILE}.png", {"dpi": 150, "metadata": None}),
+        (figures / f"{MODEL_COMPARISONS_FILE}.svg", {"dpi": "figure",
+                                                     "metadata": {"Date": None}})])
 
 
 def _models_in_spec_order(store: RunStore) -> list[str]:
