@@ -146,14 +146,18 @@ def _models_in_spec_order(store: RunStore) -> list[str]:
 
 
 def write_model_comparisons(store: RunStore, run_dir: str | Path, proto: Protocol | None = None,
-                            options: Any = None) -> list[Path]:
+                            options: Any = None, *, units: pd.DataFrame | None = None
+                            ) -> list[Path]:
     """Write ``tables/model_comparisons.csv`` and ``figures/model_comparisons.{png,svg}`` when
-    the run has two models or more; nothing otherwise."""
+    the run has two models or more; nothing otherwise. `units`: the run's
+    :func:`unit_frame`, where the caller has built it already."""
     models = _models_in_spec_order(store)
     if len(models) < 2:
         return []
     run_dir = Path(run_dir)
-    table = model_comparisons(unit_frame(store, proto, options), unit_of(proto), models)
+    if units is None:
+        units = unit_frame(store, proto, options)
+    table = model_comparisons(units, unit_of(proto), models)
     path = run_dir / "tables" / f"{MODEL_COMPARISONS_FILE}.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(path, index=False, float_format="%.6g")
