@@ -102,7 +102,7 @@ def test_an_outcome_missing_from_a_later_item_fails_that_cell_naming_it(app_dir,
         '    if "nurse" in state["case"]:\n        return {}\n'
         '    return {"decision": answer.content.strip().lower()}'))
     spec = app_dir / "hiring_audit.toml"
-    cli("run", spec, "--out", app_dir / "run", "--quiet")
+    cli("run", spec, "--out", app_dir / "run", "--quiet", "--no-report")
     from biaslab.traces.store import RunStore
 
     store = RunStore(app_dir / "run", readonly=True)
@@ -137,6 +137,7 @@ def test_an_app_with_a_checkpointer_and_a_sibling_module_runs(app_dir, capsys):
                             "graph = builder.compile(checkpointer=MemorySaver())")
                    .replace('SystemMessage("You chair a hiring committee.")',
                             "SystemMessage(__import__('committee_prompts').CHAIR)"))
-    assert cli("run", app_dir / "hiring_audit.toml", "--out", app_dir / "run", "--quiet") == 0
+    assert cli("run", app_dir / "hiring_audit.toml", "--out", app_dir / "run", "--quiet",
+               "--no-report") == 0
     frame = calls(app_dir / "run")
     assert frame["error"].isna().all() and len(frame) == 54

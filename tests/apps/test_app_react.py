@@ -20,7 +20,7 @@ def audited(tmp_path_factory):
     root = tmp_path_factory.mktemp("react")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("BIASLAB_CACHE", str(root / "cache.sqlite"))
-        assert cli("run", SPEC, "--out", root / "run", "--quiet") == 0
+        assert cli("run", SPEC, "--out", root / "run", "--quiet", "--no-report") == 0
     return root
 
 

@@ -26,7 +26,7 @@ def _source(tmp_path, model: str):
                        "targets": []},
         "options": OPTIONS}))
     out = tmp_path / "src"
-    assert main(["run", str(spec), "--out", str(out), "--quiet"]) == 0
+    assert main(["run", str(spec), "--out", str(out), "--quiet", "--no-report"]) == 0
     return out
 
 
@@ -150,7 +150,8 @@ def test_from_turn_is_refused_in_one_line_where_it_cannot_apply(tmp_path, capsys
         "run": {"seeds": [42], "retry_base_s": 0.0},
         "conditions": {"directions": ["pro_female"], "targets": []},
         "options": {"pipelines": ["E0"], "max_test": 20, "n_resamples": 200}}))
-    assert main(["run", str(amp), "--out", str(tmp_path / "amp"), "--quiet"]) == 0
+    assert main(["run", str(amp), "--out", str(tmp_path / "amp"), "--quiet",
+                 "--no-report"]) == 0
     source = _source(tmp_path, "scripted:multiturn-never")
     capsys.readouterr()
     cases = [

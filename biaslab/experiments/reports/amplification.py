@@ -279,6 +279,8 @@ def plot_fbs_scatter(metrics: pd.DataFrame, out_dir: str | Path) -> list[Path]:
         Paths of the written ``figures/fbs_scatter_<dataset>_<pipeline>.png`` (200 dpi) and
         ``.svg``.
     """
+    from biaslab.experiments.reports.figure_files import save_figure
+
     agg = aggregate_over_seeds(metrics) if "seed" in metrics.columns else metrics
     figures = Path(out_dir) / "figures"
     figures.mkdir(parents=True, exist_ok=True)
@@ -289,10 +291,8 @@ def plot_fbs_scatter(metrics: pd.DataFrame, out_dir: str | Path) -> list[Path]:
         fig.suptitle(f"{dataset} / {pipeline}: performance vs favor bias strength",
                      fontsize=_FONT + 1.5)
         stem = re.sub(r"[^A-Za-z0-9_.-]", "_", f"fbs_scatter_{dataset}_{pipeline}")
-        for ext in ("png", "svg"):
-            path = figures / f"{stem}.{ext}"
-            fig.savefig(path, dpi=200 if ext == "png" else "figure", bbox_inches="tight")
-            written.append(path)
+        written += save_figure(fig, [(figures / f"{stem}.png", {"dpi": 200}),
+                                     (figures / f"{stem}.svg", {"dpi": "figure"})])
     return written
 
 

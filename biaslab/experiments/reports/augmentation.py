@@ -580,6 +580,8 @@ def write_bbq_templates(records: list[dict], folder: Path, category: str) -> Pat
 
 
 def write_report(store, run_dir: str | Path, options) -> list[Path]:
+    from biaslab.experiments.reports.figure_files import save_figure
+
     run_dir = Path(run_dir)
     tables, figures = run_dir / "tables", run_dir / "figures"
     tables.mkdir(parents=True, exist_ok=True)
@@ -621,9 +623,8 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
         put("figure3", fig3.round(2))
         if fig3["DR%"].notna().any():
             plot = figure3_plot(fig3.dropna(subset=["DR%"]))
-            for ext in ("png", "svg"):
-                plot.savefig(figures / f"figure3.{ext}", dpi=200)
-                written.append(figures / f"figure3.{ext}")
+            written += save_figure(plot, [(figures / f"figure3.{ext}", {"dpi": 200})
+                                          for ext in ("png", "svg")], tight=False)
         if clean["mc_choice"].notna().any():
             mc = bbq_metrics(clean.assign(category="all"), ["model", "condition", "category"],
                              n_resamples=n)
@@ -636,9 +637,8 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
         long_fig = long.dropna(subset=["DR%"])
         if not long_fig.empty:
             fig = dr_figure(long_fig, origins, per_category.dropna(subset=["DR%"]))
-            for ext in ("png", "svg"):
-                fig.savefig(figures / f"dr_by_condition.{ext}", dpi=200)
-                written.append(figures / f"dr_by_condition.{ext}")
+            written += save_figure(fig, [(figures / f"dr_by_condition.{ext}", {"dpi": 200})
+                                         for ext in ("png", "svg")], tight=False)
         contrasts = condition_contrasts(clean, ["model"], n_resamples=n)
         if not contrasts.empty:
             contrasts["diff [CI]"] = [_ci(r["diff (pp)"], r["ci_low"], r["ci_high"])

@@ -257,19 +257,23 @@ def write_generic_report(store: RunStore, run_dir: str | Path, proto: Protocol |
     tables = Path(run_dir) / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     written = []
+    # one unit frame for every table below that reads one (it was built three times)
+    units = unit_frame(store, proto, options)
     for name in ("calls_by_node", "outputs", "exposed_vs_clean"):
         path = tables / f"{name}.csv"
         if name == "outputs":  # streamed: a paper-size run's outputs never fit one frame
             written.append(write_outputs_csv(store, path))
             continue
         frame = (calls_by_node(store) if name == "calls_by_node" else
-                 exposed_vs_clean(unit_frame(store, proto, options), unit_of(proto)))
+                 exposed_vs_clean(units.copy(), unit_of(proto)))
         frame.to_csv(path, index=False, float_format="%.6g")
         written.append(path)
-    written += write_model_comparisons(store, run_dir, proto, options)  # 2+ models only
+    written += write_model_comparisons(store, run_dir, proto, options,  # 2+ models only
+                                       units=units.copy())
     from biaslab.experiments.reports.mitigations import write_mitigation_effects  # uses this module
 
-    written += write_mitigation_effects(store, run_dir, proto, options)  # mitigation arms only
+    written += write_mitigation_effects(store, run_dir, proto, options,  # mitigation arms only
+                                        units=units.copy())
     written += write_findings_figures(run_dir)  # from the tables just written
     path = Path(run_dir) / CACHE_USE_FILE
     setup_calls = getattr(proto, "setup_calls", None)  # an app's discovery pass

@@ -125,11 +125,14 @@ def mitigation_effects(units: pd.DataFrame, unit: AnalysisUnit, proto: Protocol 
 
 
 def write_mitigation_effects(store: RunStore, run_dir: str | Path,
-                             proto: Protocol | None = None, options: Any = None) -> list[Path]:
+                             proto: Protocol | None = None, options: Any = None, *,
+                             units: pd.DataFrame | None = None) -> list[Path]:
     """Write ``tables/mitigation_effects.csv`` when the run has a mitigation arm or a
     structural mitigation to show; a run with neither gets no file (its tables stay as they
-    were)."""
-    frame = mitigation_effects(unit_frame(store, proto, options), unit_of(proto), proto)
+    were). `units`: the run's :func:`unit_frame`, where the caller has built it already."""
+    if units is None:
+        units = unit_frame(store, proto, options)
+    frame = mitigation_effects(units, unit_of(proto), proto)
     if frame.empty:
         return []
     path = Path(run_dir) / "tables" / MITIGATION_EFFECTS_FILE

@@ -128,13 +128,12 @@ def plot_model_comparisons(table: pd.DataFrame, figures: Path) -> list[Path]:
                  fontsize=9)
     ax.legend(fontsize=7, loc="best")
     figures.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for ext in ("png", "svg"):
-        path = figures / f"{MODEL_COMPARISONS_FILE}.{ext}"
-        fig.savefig(path, dpi=150 if ext == "png" else "figure", bbox_inches="tight",
-                    metadata={"Date": None} if ext == "svg" else None)
-        paths.append(path)
-    return paths
+    from biaslab.experiments.reports.figure_files import save_figure
+
+    return save_figure(fig, [
+        (figures / f"{MODEL_COMPARISONS_FILE}.png", {"dpi": 150, "metadata": None}),
+        (figures / f"{MODEL_COMPARISONS_FILE}.svg", {"dpi": "figure",
+                                                     "metadata": {"Date": None}})])
 
 
 def _models_in_spec_order(store: RunStore) -> list[str]:
@@ -147,14 +146,18 @@ def _models_in_spec_order(store: RunStore) -> list[str]:
 
 
 def write_model_comparisons(store: RunStore, run_dir: str | Path, proto: Protocol | None = None,
-                            options: Any = None) -> list[Path]:
+                            options: Any = None, *, units: pd.DataFrame | None = None
+                            ) -> list[Path]:
     """Write ``tables/model_comparisons.csv`` and ``figures/model_comparisons.{png,svg}`` when
-    the run has two models or more; nothing otherwise."""
+    the run has two models or more; nothing otherwise. `units`: the run's
+    :func:`unit_frame`, where the caller has built it already."""
     models = _models_in_spec_order(store)
     if len(models) < 2:
         return []
     run_dir = Path(run_dir)
-    table = model_comparisons(unit_frame(store, proto, options), unit_of(proto), models)
+    if units is None:
+        units = unit_frame(store, proto, options)
+    table = model_comparisons(units, unit_of(proto), models)
     path = run_dir / "tables" / f"{MODEL_COMPARISONS_FILE}.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(path, index=False, float_format="%.6g")

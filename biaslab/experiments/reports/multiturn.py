@@ -507,13 +507,11 @@ def coherence_table(dialogues: pd.DataFrame, path: Path, n_resamples: int = 2000
 
 # -- figures -----------------------------------------------------------------------------------
 def _save(fig: Figure, path_stem: Path) -> list[Path]:
+    from biaslab.experiments.reports.figure_files import save_figure
+
     FigureCanvasAgg(fig)
-    out = []
-    for ext in ("png", "svg"):
-        path = path_stem.with_suffix(f".{ext}")
-        fig.savefig(path, dpi=150, bbox_inches="tight")
-        out.append(path)
-    return out
+    return save_figure(fig, [(path_stem.with_suffix(f".{ext}"), {"dpi": 150})
+                             for ext in ("png", "svg")])
 
 
 def plot_curves(per_turn: pd.DataFrame, path_stem: Path) -> list[Path]:
