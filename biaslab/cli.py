@@ -986,6 +986,10 @@ def _refuse_meaningless(args) -> None:
             if value is not None and not args.judge_node:
                 raise UserError(f"{flag} goes with --mode rescore --judge-node NODE; without "
                                 "it nothing is judged")
+    if getattr(args, "no_figures", False) and (getattr(args, "no_report", False)
+                                               or getattr(args, "mode", None) == "strict"):
+        why = "--no-report" if getattr(args, "no_report", False) else "--mode strict"
+        raise UserError(f"--no-figures goes with a report; {why} writes none")
     if command == "estimate" and args.pilot and not (args.power or args.mde is not None):
         raise UserError("--pilot goes with --power (or --mde): it reads the power "
                         "assumptions from a finished run")

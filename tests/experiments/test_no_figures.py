@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from biaslab.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,3 +78,17 @@ def test_report_and_rescore_into_a_directory_without_figures(tmp_path):
                  "--directions", "pro_older", "--out", str(cf), "--quiet", "--no-figures"]) == 0
     assert (cf / "tables" / "compare_measures.csv").is_file() and _figure_files(cf) == []
     assert not _shows_figures((cf / "report.html").read_text())
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["run", SPEC, "--no-report", "--no-figures"], "--no-report"),
+    (["merge", "a", "b", "--out", "m", "--no-report", "--no-figures"], "--no-report"),
+    (["replay", "r", "--mode", "strict", "--no-figures"], "--mode strict"),
+])
+def test_no_figures_where_no_report_is_written_is_refused(argv, why, tmp_path, capsys,
+                                                          monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == f"biaslab: error: --no-figures goes with a report; {why} writes none\n"
+    assert list(tmp_path.iterdir()) == []
