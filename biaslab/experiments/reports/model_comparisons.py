@@ -18,7 +18,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from biaslab.evaluators.model_comparisons import MODEL_COMPARISON_COLUMNS, compare_models
-from biaslab.experiments.reports.figure_files import figures_wanted
+from biaslab.experiments.reports.figure_files import figures_wanted, save_figure
 from biaslab.experiments.reports.units import ALL_GROUPS, PAIR_KEYS, unit_frame, unit_of
 from biaslab.graphs.registry import Protocol
 from biaslab.graphs.units import ITEM_UNIT, AnalysisUnit
