@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import biaslab
 from biaslab.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,6 +67,10 @@ def test_report_and_rescore_into_a_directory_without_figures(tmp_path):
     assert main(["report", str(run), "--no-figures"]) == 0
     assert _tables(run) == tables and _figure_files(run) == []
     assert (run / "report.html").is_file()
+    # the Python API's Run.report takes the same option
+    written = biaslab.open_run(run).report(figures=False)
+    assert run / "report.html" in written and _tables(run) == tables
+    assert _figure_files(run) == [] and not any(p.suffix in (".png", ".svg") for p in written)
 
     out = tmp_path / "rescored"
     assert main(["replay", str(run), "--mode", "rescore", "--out", str(out),
