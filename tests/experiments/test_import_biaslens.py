@@ -223,7 +223,7 @@ def test_an_imported_run_refuses_a_replay_and_an_alternate_judge(imported, tmp_p
     for mode, change in (("strict", []), ("counterfactual", ["--node", "target", "--model",
                                                              "local"])):
         code, _, err = cli(capsys, "replay", imported, "--mode", mode, "--out", tmp_path / mode,
-                           *change, "--no-figures")
+                           *change)
         assert code == 2 and "was imported (biaslens-release)" in err
         assert not (tmp_path / mode).exists()
     code, _, err = cli(capsys, "replay", imported, "--mode", "rescore", "--sensitivity",
