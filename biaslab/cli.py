@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import math
@@ -691,6 +692,9 @@ def cmd_view(args) -> int:
     return 0
 
 
+_NO_FIGURES = "write tables and report.html without figures (faster; tables unchanged)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="biaslab", description="Simulate LLM fairness protocols on LangGraph.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -710,6 +714,7 @@ def build_parser() -> argparse.ArgumentParser:
                                              "ones; results do not change)")
     r.add_argument("--no-cache", action="store_true", help="do not use the cross-run cache")
     r.add_argument("--no-report", action="store_true", help="skip tables and figures")
+    r.add_argument("--no-figures", action="store_true", help=_NO_FIGURES)
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--workers", type=int, nargs="?", const=os.cpu_count() or 1,
                    help="run cells in N processes (alone: one per core), merged into one store "
@@ -727,12 +732,14 @@ def build_parser() -> argparse.ArgumentParser:
     mg.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     mg.add_argument("--out", required=True, help="the combined run directory")
     mg.add_argument("--no-report", action="store_true", help="skip tables and figures")
+    mg.add_argument("--no-figures", action="store_true", help=_NO_FIGURES)
     mg.add_argument("--allow-partial", action="store_true",
                     help="merge even when some shards of the split are missing (warns)")
     mg.set_defaults(func=cmd_merge)
 
     rep = sub.add_parser("report", help="write tables and figures of a run")
     rep.add_argument("run_dir")
+    rep.add_argument("--no-figures", action="store_true", help=_NO_FIGURES)
     rep.set_defaults(func=cmd_report)
 
     rp = sub.add_parser("replay", help="rescore, strictly replay, or re-run with one change")
@@ -788,6 +795,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--labels", nargs="+", help="rescore: labels, if the prompt declares none")
     rp.add_argument("--eval-name", default="judge", help="rescore: evals/<name>/ directory")
     rp.add_argument("--quiet", action="store_true")
+    rp.add_argument("--no-figures", action="store_true", help=_NO_FIGURES)
     rp.set_defaults(func=cmd_replay)
 
     bl = sub.add_parser("biaslens-released", help="score the BiasLens authors' released "
@@ -912,7 +920,8 @@ def _main(argv: list[str] | None) -> int:
         if getattr(args, "workers", None) is not None and args.workers < 1:
             raise UserError(f"--workers must be at least 1, got {args.workers}")
         _refuse_meaningless(args)
-        code = args.func(args)
+        with _figures_setting(args):
+            code = args.func(args)
         sys.stdout.flush()  # a reader that went away shows here, not at interpreter exit
         return code
     except UserError as exc:
@@ -933,6 +942,16 @@ def _main(argv: list[str] | None) -> int:
             quit_now(line)
         print(line, file=sys.stderr)
         return 130
+
+
+def _figures_setting(args):
+    """``--no-figures``: every report this command writes has its tables and report.html but
+    no figure (see biaslab.experiments.reports.figure_files)."""
+    if not getattr(args, "no_figures", False):
+        return contextlib.nullcontext()
+    from biaslab.experiments.reports.figure_files import figures_off
+
+    return figures_off()
 
 
 _POSITIONALS = {"spec": "SPEC", "run_dir": "RUN_DIR", "run_dirs": "RUN_DIR", "protocol":
@@ -967,6 +986,10 @@ def _refuse_meaningless(args) -> None:
             if value is not None and not args.judge_node:
                 raise UserError(f"{flag} goes with --mode rescore --judge-node NODE; without "
                                 "it nothing is judged")
+    if getattr(args, "no_figures", False) and (getattr(args, "no_report", False)
+                                               or getattr(args, "mode", None) == "strict"):
+        why = "--no-report" if getattr(args, "no_report", False) else "--mode strict"
+        raise UserError(f"--no-figures goes with a report; {why} writes none")
     if command == "estimate" and args.pilot and not (args.power or args.mde is not None):
         raise UserError("--pilot goes with --power (or --mde): it reads the power "
                         "assumptions from a finished run")

@@ -145,12 +145,13 @@ class Run:
         """The run's tables (``tables/*.csv``) by name, read lazily; see `Tables`."""
         return Tables(self.path)
 
-    def report(self) -> list[Path]:
+    def report(self, *, figures: bool = True) -> list[Path]:
         """Write the run's tables, figures and ``report.html`` from its trace, as
-        ``biaslab report`` does (no model is called); returns the paths written."""
+        ``biaslab report`` does (no model is called); returns the paths written.
+        `figures` False: no figure (``--no-figures``), the same tables sooner."""
         from biaslab.experiments.replay import rescore
 
-        return call_off_loop(lambda: rescore(self.path))
+        return call_off_loop(lambda: rescore(self.path, figures=figures))
 
     def headline(self) -> pd.DataFrame | None:
         """The protocol's headline table, the one ``biaslab report`` prints (None if the

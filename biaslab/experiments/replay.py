@@ -96,9 +96,11 @@ def check_not_running(run_dir: str | Path, store: RunStore) -> None:
                     "report it when the run has finished")
 
 
-def rescore(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
+def rescore(run_dir: str | Path, out_dir: str | Path | None = None, *,
+            figures: bool = True) -> list[Path]:
     """Recompute the protocol's metrics, tables and figures from the trace alone, into the
-    run's folder or, given `out_dir`, there (the run is then only read)."""
+    run's folder or, given `out_dir`, there (the run is then only read); `figures` False
+    draws none (``--no-figures``)."""
     store = open_run(run_dir)
     try:
         check_not_running(run_dir, store)
@@ -109,7 +111,7 @@ def rescore(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path
         from biaslab.experiments.reports import write_reports  # (matplotlib, statsmodels)
 
         return write_reports(plan, store, Path(out_dir) if out_dir is not None
-                             else Path(run_dir))
+                             else Path(run_dir), figures=figures)
     finally:
         store.close()
 

@@ -369,7 +369,8 @@ def test_run_with_mixed_faults_matches_a_fault_free_run_after_one_resume(tmp_pat
         clean.responder = synthetic_answer
         ref = tmp_path / "reference"
         spec = write_spec(tmp_path / "clean.toml", spec_dict(clean.base_url))
-        assert main(["run", str(spec), "--out", str(ref), "--quiet", "--no-cache"]) == 0
+        assert main(["run", str(spec), "--out", str(ref), "--quiet", "--no-cache",
+                     "--no-figures"]) == 0
         assert all(s == "done" for s, _ in cell_status(ref).values())
         assert not any(r.attempt_errors for r in records(ref))
 
@@ -433,7 +434,7 @@ def test_run_with_mixed_faults_matches_a_fault_free_run_after_one_resume(tmp_pat
 
         server.doom = None
         n_before = len(server.requests)
-        rc = main(["run", str(spec), "--out", str(out), "--quiet", "--resume"])
+        rc = main(["run", str(spec), "--out", str(out), "--quiet", "--resume", "--no-figures"])
         assert rc == 0, capsys.readouterr().err
         resumed = server.requests[n_before:]
         assert not {body_id(s) for s in resumed} & {body_id(s) for s in answered}

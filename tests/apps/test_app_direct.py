@@ -32,7 +32,7 @@ def audited(tmp_path_factory, production):
         mp.setenv("HIRING_API_BASE", production.base_url)
         mp.setenv("BIASLAB_CACHE", str(root / "cache.sqlite"))
         assert cli("run", SPEC, "--out", root / "run", "--quiet", "--no-report") == 0
-        assert cli("report", root / "run") == 0
+        assert cli("report", root / "run", "--no-figures") == 0
         yield root
     assert production.requests == []
 
@@ -80,7 +80,7 @@ def test_a_fair_decider_removes_every_effect_and_only_its_calls_are_new(audited,
                                                                         capsys):
     out = audited / "cf"
     assert cli("replay", audited / "run", "--mode", "counterfactual", "--node", "decider",
-               "--model", "scripted:direct-fair", "--out", out, "--quiet") == 0
+               "--model", "scripted:direct-fair", "--out", out, "--quiet", "--no-figures") == 0
     frame = calls(out)
     assert set(frame.loc[~frame["cache_hit"], "node"]) == {"decider"}
     assert set(effects(out).values()) == {0.0}

@@ -95,7 +95,7 @@ def test_an_allowed_host_is_reached_and_recorded_and_strict_replay_sends_nothing
     monkeypatch.setenv("BIASLAB_CACHE", str(tmp_path / "cache.sqlite"))
     spec = _spec(tmp_path, f'allow_hosts = ["127.0.0.1:{records.port}"]\n')
     assert cli("run", spec, "--out", tmp_path / "run", "--quiet", "--no-report") == 0
-    assert cli("report", tmp_path / "run") == 0
+    assert cli("report", tmp_path / "run", "--no-figures") == 0
     reached = len(records.paths)
     assert reached == 2 * 3 * 2 + 2  # (lookup + registry) x 3 items x 2 arms, + discovery
     table = pd.read_csv(tmp_path / "run" / "tables" / "app_http.csv")

@@ -18,7 +18,7 @@ def audited(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("BIASLAB_CACHE", str(root / "cache.sqlite"))
         assert cli("run", SPEC, "--out", root / "run", "--quiet", "--no-report") == 0
-        assert cli("report", root / "run") == 0
+        assert cli("report", root / "run", "--no-figures") == 0
     return root
 
 
@@ -50,7 +50,7 @@ def test_a_fair_decider_removes_every_effect_and_only_its_calls_are_new(audited,
     out = audited / "cf"
     capsys.readouterr()
     assert cli("replay", audited / "run", "--mode", "counterfactual", "--node", "decider",
-               "--model", "scripted:panel-fair", "--out", out, "--quiet") == 0
+               "--model", "scripted:panel-fair", "--out", out, "--quiet", "--no-figures") == 0
     frame = calls(out)
     assert set(frame.loc[~frame["cache_hit"], "node"]) == {"decider"}
     found = effects(out)

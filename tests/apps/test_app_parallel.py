@@ -19,7 +19,7 @@ def audited(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("BIASLAB_CACHE", str(root / "cache.sqlite"))
         assert cli("run", SPEC, "--out", root / "run", "--quiet", "--no-report") == 0
-        assert cli("report", root / "run") == 0
+        assert cli("report", root / "run", "--no-figures") == 0
     return root
 
 
@@ -66,7 +66,7 @@ def test_strict_replay_makes_no_call_and_the_same_outputs(audited, capsys):
 def test_a_mitigation_at_the_chair_undoes_each_exposure(audited, tmp_path):
     out = tmp_path / "cf"
     assert cli("replay", audited / "run", "--mode", "counterfactual", "--node", "chair",
-               "--mitigation", "fairness_reminder", "--out", out, "--quiet") == 0
+               "--mitigation", "fairness_reminder", "--out", out, "--quiet", "--no-figures") == 0
     import pandas as pd
 
     table = pd.read_csv(out / "tables" / "mitigation_effects.csv", dtype={"group": str})
@@ -78,7 +78,7 @@ def test_a_mitigation_at_the_chair_undoes_each_exposure(audited, tmp_path):
 def test_a_second_run_pays_nothing_and_estimate_counts_the_nodes(audited, capsys):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("BIASLAB_CACHE", str(audited / "cache.sqlite"))
-        assert cli("run", SPEC, "--out", audited / "again", "--quiet") == 0
+        assert cli("run", SPEC, "--out", audited / "again", "--quiet", "--no-figures") == 0
         assert calls(audited / "again")["cache_hit"].all()
         assert (audited / "again" / "tables" / "exposed_vs_clean.csv").read_bytes() == \
             (audited / "run" / "tables" / "exposed_vs_clean.csv").read_bytes()
@@ -118,7 +118,8 @@ def test_the_viewer_shows_the_app_calls_and_the_outcome_it_compares(audited):
 def test_workers_give_the_same_tables(audited):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("BIASLAB_CACHE", str(audited / "cache.sqlite"))
-        assert cli("run", SPEC, "--out", audited / "workers", "--workers", "2", "--quiet") == 0
+        assert cli("run", SPEC, "--out", audited / "workers", "--workers", "2", "--quiet",
+                   "--no-figures") == 0
     assert (audited / "workers" / "tables" / "exposed_vs_clean.csv").read_bytes() == \
         (audited / "run" / "tables" / "exposed_vs_clean.csv").read_bytes()
     assert outputs(audited / "workers") == outputs(audited / "run")

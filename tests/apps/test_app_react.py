@@ -41,7 +41,7 @@ def test_the_tool_loop_is_recorded_with_its_tools_and_tool_calls(audited):
 
 
 def test_the_report_recovers_the_bias_and_the_final_state_holds_the_tool_results(audited):
-    assert cli("report", audited / "run") == 0
+    assert cli("report", audited / "run", "--no-figures") == 0
     found = effects(audited / "run")
     assert found[("agent:pro_older", "outcome=older")] == 1.0
     assert found[("agent:pro_older", "outcome=either")] == -1.0
@@ -108,7 +108,7 @@ def test_an_openai_compatible_endpoint_gets_the_tools_and_answers_with_tool_call
             f'\n[model_aliases.fake]\nprovider = "openai-compatible"\nmodel = "m"\n'
             f'base_url = "{server.base_url}"\n')
         assert cli("run", spec, "--out", tmp_path / "run", "--quiet", "--no-report") == 0
-        assert cli("report", tmp_path / "run") == 0
+        assert cli("report", tmp_path / "run", "--no-figures") == 0
         sent = [r.body for r in server.requests]
     assert all(r["tools"][0]["function"]["name"] == "lookup_record" for r in sent)
     assert any(m.get("role") == "tool" for r in sent for m in r["messages"])

@@ -27,7 +27,7 @@ def audited(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("BIASLAB_CACHE", str(root / "cache.sqlite"))
         assert cli("run", SPEC, "--out", root / "run", "--quiet", "--no-report") == 0
-        assert cli("report", root / "run") == 0
+        assert cli("report", root / "run", "--no-figures") == 0
     return root
 
 
@@ -70,11 +70,11 @@ def test_the_discovery_pass_is_counted(audited, tmp_path, monkeypatch, capsys):
     # the CLI's summary counts every call that reached the model: 20 + 4
     monkeypatch.setenv("BIASLAB_CACHE", str(tmp_path / "cache.sqlite"))
     capsys.readouterr()
-    assert cli("run", SPEC, "--out", tmp_path / "A") == 0
+    assert cli("run", SPEC, "--out", tmp_path / "A", "--no-figures") == 0
     said = capsys.readouterr()
     assert "\n  24 model calls, 16 cache hits" in said.out + said.err
     # the same spec again: nothing is paid, not even the discovery pass; the same tables
-    assert cli("run", SPEC, "--out", tmp_path / "B") == 0
+    assert cli("run", SPEC, "--out", tmp_path / "B", "--no-figures") == 0
     said = capsys.readouterr()
     assert "\n  0 model calls, 36 cache hits" in said.out + said.err
     use_b = pd.read_csv(tmp_path / "B" / "cache_use.csv")
@@ -92,7 +92,7 @@ def test_strict_replay_makes_no_call_and_reproduces_every_output(audited, capsys
 def test_counterfactual_mitigation_at_the_decider(audited, capsys):
     out = audited / "cf"
     assert cli("replay", audited / "run", "--mode", "counterfactual", "--node", "decider",
-               "--model", "scripted:routing-fair", "--out", out, "--quiet") == 0
+               "--model", "scripted:routing-fair", "--out", out, "--quiet", "--no-figures") == 0
     frame = calls(out)
     assert set(frame.loc[~frame["cache_hit"], "node"]) == {"decider"}
     assert effects(out) == {("decider:pro_older", "decision=either"): 0.0,
@@ -176,7 +176,7 @@ def test_over_http_the_endpoint_gets_openais_json_schema_and_a_refusal_stays_one
             'models = ["scripted:routing-synthetic"]', 'models = ["fake"]') +
             f'\n[model_aliases.fake]\nprovider = "openai-compatible"\nmodel = "m"\n'
             f'base_url = "{server.base_url}"\n')
-        assert cli("run", spec, "--out", tmp_path / "run", "--quiet") == 0
+        assert cli("run", spec, "--out", tmp_path / "run", "--quiet", "--no-figures") == 0
         sent = [r.body for r in server.requests]
         routes = [r["response_format"] for r in sent if "Who works next" in str(r["messages"])]
         assert routes and all(f["type"] == "json_schema" and f["json_schema"]["name"] == "Route"

@@ -56,7 +56,7 @@ def audited(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SQLITE_APP_DB", str(root / "app.db"))
         mp.setenv("BIASLAB_CACHE", str(root / "cache.sqlite"))
-        assert cli("run", SPEC, "--out", root / "run", "--quiet") == 0
+        assert cli("run", SPEC, "--out", root / "run", "--quiet", "--no-figures") == 0
         yield root
 
 
@@ -74,7 +74,7 @@ def test_a_run_runs_every_tool_and_records_it_with_node_arguments_and_result(aud
         messages = value["final_state"]["messages"]
         assert [m["content"] for m in messages if m["type"] == "tool"] == \
             [t["content"] for t in value["tools"]]
-    assert cli("report", audited / "run") == 0
+    assert cli("report", audited / "run", "--no-figures") == 0
     found = effects(audited / "run")
     assert found[("agent:pro_older", "outcome=older")] == 1.0
     assert found[("agent:pro_older", "outcome=either")] == -1.0
@@ -103,7 +103,7 @@ def test_a_counterfactual_asking_the_same_tools_runs_none(audited):
     before = rows(audited / "app.db")
     out = audited / "mitigated"
     assert cli("replay", audited / "run", "--mode", "counterfactual", "--node", "agent",
-               "--mitigation", "fairness_reminder", "--out", out, "--quiet") == 0
+               "--mitigation", "fairness_reminder", "--out", out, "--quiet", "--no-figures") == 0
     assert rows(audited / "app.db") == before
     assert not any(cell_errors(out).values())
     source = {(v["outcome"]["unit"], t["tool"], t["content"])
@@ -134,11 +134,12 @@ def test_with_tools_live_new_arguments_run_live_and_recorded_ones_do_not(tmp_pat
     spec.write_text(spec.read_text().replace("models = ", 'tools = "live"\nmodels = ', 1))
     db = tmp_path / "app.db"
     monkeypatch.setenv("SQLITE_APP_DB", str(db))
-    assert cli("run", spec, "--out", tmp_path / "run", "--quiet") == 0
+    assert cli("run", spec, "--out", tmp_path / "run", "--quiet", "--no-figures") == 0
     before = rows(db)
     out = tmp_path / "thorough"
     assert cli("replay", tmp_path / "run", "--mode", "counterfactual", "--node", "agent",
-               "--model", "scripted:sqlite-react-thorough", "--out", out, "--quiet") == 0
+               "--model", "scripted:sqlite-react-thorough", "--out", out, "--quiet",
+               "--no-figures") == 0
     assert rows(db) == before + CELLS  # only the history lookup, once per cell
     for value in app_outputs(out).values():
         assert [(t["tool"], t["args"].get("detail")) for t in value["tools"]] == \
@@ -153,9 +154,9 @@ def test_with_tools_live_new_arguments_run_live_and_recorded_ones_do_not(tmp_pat
 def test_a_second_run_on_the_same_cache_runs_no_tool(tmp_path, monkeypatch):
     db = tmp_path / "app.db"
     monkeypatch.setenv("SQLITE_APP_DB", str(db))
-    assert cli("run", SPEC, "--out", tmp_path / "first", "--quiet") == 0
+    assert cli("run", SPEC, "--out", tmp_path / "first", "--quiet", "--no-figures") == 0
     before = rows(db)
-    assert cli("run", SPEC, "--out", tmp_path / "second", "--quiet") == 0
+    assert cli("run", SPEC, "--out", tmp_path / "second", "--quiet", "--no-figures") == 0
     assert rows(db) == before
     assert outputs(tmp_path / "second") == outputs(tmp_path / "first")
 
@@ -173,7 +174,8 @@ def test_worker_processes_run_each_cell_s_tools_once(tmp_path, monkeypatch):
     # (a shard reads its main run's store as a source: that is no replay, so nothing is refused)
     db = tmp_path / "app.db"
     monkeypatch.setenv("SQLITE_APP_DB", str(db))
-    assert cli("run", SPEC, "--out", tmp_path / "run", "--workers", "2", "--quiet") == 0
+    assert cli("run", SPEC, "--out", tmp_path / "run", "--workers", "2", "--quiet",
+               "--no-figures") == 0
     assert rows(db) == TOOLS_PER_CELL * (CELLS + 1)
     assert cli("replay", tmp_path / "run", "--mode", "strict", "--out", tmp_path / "s") == 0
     assert rows(db) == TOOLS_PER_CELL * (CELLS + 1)
@@ -204,14 +206,14 @@ def test_a_sync_node_running_a_tool_itself_is_recorded_and_replayed(tmp_path, mo
     db = tmp_path / "app.db"
     monkeypatch.setenv("SQLITE_APP_DB", str(db))
     run = tmp_path / "run"
-    assert cli("run", HERE / "sqlite_sync_audit.toml", "--out", run, "--quiet") == 0
+    assert cli("run", HERE / "sqlite_sync_audit.toml", "--out", run, "--quiet", "--no-figures") == 0
     assert rows(db) == CELLS + 1  # one lookup per cell, and the discovery pass's
     for value in app_outputs(run).values():
         unit = value["outcome"]["unit"]
         assert [(t["node"], t["tool"], t["args"]) for t in value["tools"]] == \
             [("screen", "lookup_record", {"applicant": unit})]
         assert value["final_state"]["record"] == value["tools"][0]["content"]
-    assert cli("report", run) == 0
+    assert cli("report", run, "--no-figures") == 0
     assert effects(run)[("screen:pro_older", "decision=older")] == 1.0
     capsys.readouterr()
     assert cli("replay", run, "--mode", "strict", "--out", tmp_path / "strict") == 0
@@ -225,7 +227,7 @@ def test_replay_tools_live_lets_new_arguments_run_for_one_counterfactual(audited
     out = audited / "thorough-live"
     assert cli("replay", audited / "run", "--mode", "counterfactual", "--node", "agent",
                "--model", "scripted:sqlite-react-thorough", "--tools", "live", "--out", out,
-               "--quiet") == 0
+               "--quiet", "--no-figures") == 0
     assert rows(audited / "app.db") == before + CELLS
     assert not any(cell_errors(out).values())
     # a strict replay has no tool to let run

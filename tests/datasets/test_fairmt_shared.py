@@ -79,7 +79,7 @@ def test_a_static_baseline_run_on_the_10k_release_pairs_each_seed_with_its_dialo
                "fairmt_path": str(TEN_K)}
     _spec(tmp_path / "s.toml", **options)
     assert main(["run", str(tmp_path / "s.toml"), "--out", str(tmp_path / "run"),
-                 "--quiet"]) == 0
+                 "--quiet", "--no-figures"]) == 0
     seeds = seed_table(MultiturnOptions(**options))
     assert seeds["seed_id"].str.startswith("fairmt-").all() and len(seeds) == 4
     frame, first = _static_cells(tmp_path / "run", options)
@@ -99,7 +99,7 @@ def test_the_1k_release_runs_with_seeds_derived_from_the_10k(tmp_path, capsys):
     _spec(tmp_path / "s.toml", **options)
     capsys.readouterr()
     assert main(["run", str(tmp_path / "s.toml"), "--out", str(tmp_path / "run"),
-                 "--quiet"]) == 0
+                 "--quiet", "--no-figures"]) == 0
     err = capsys.readouterr().err
     frame, _ = _static_cells(tmp_path / "run", options)
     unpaired = int(frame["ended"].notna().sum())

@@ -239,7 +239,8 @@ def test_a_biased_validator_cuts_the_kept_scenarios_with_a_ci(run):
 def test_counterfactual_compares_dr_ar_and_pass_rates(run, tmp_path):
     cf = tmp_path / "cf"
     assert main(["replay", str(run), "--mode", "counterfactual", "--node", "validator_2",
-                 "--model", "scripted:augmentation-strict-validator", "--out", str(cf)]) == 0
+                 "--model", "scripted:augmentation-strict-validator", "--out", str(cf),
+                 "--no-figures"]) == 0
     passes = pd.read_csv(cf / "tables" / "compare_pass.csv")
     kept = passes[(passes["measure"] == "kept%") & (passes["exposure"] == "none")].iloc[0]
     # the strict validator keeps nothing: the whole clean share is lost
@@ -291,7 +292,7 @@ def test_report_reads_human_labels_from_the_run_directory(run):
         for i, s in enumerate(voted)]
     (run / "human_labels.csv").write_text("\n".join(labels) + "\n")
     try:
-        assert main(["report", str(run)]) == 0
+        assert main(["report", str(run), "--no-figures"]) == 0  # the fixture's figures stay
         table = pd.read_csv(run / "tables" / "human_agreement.csv").set_index("comparison")
     finally:
         (run / "human_labels.csv").unlink()

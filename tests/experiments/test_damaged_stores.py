@@ -30,7 +30,7 @@ def source(tmp_path_factory) -> Path:
     os.environ["BIASLAB_CACHE"] = "off"
     try:
         assert main(["run", str(where / "spec.toml"), "--out", str(where / "run"),
-                     "--quiet"]) == 0
+                     "--quiet", "--no-figures"]) == 0
     finally:
         if old is None:
             os.environ.pop("BIASLAB_CACHE", None)
@@ -120,7 +120,7 @@ def test_resume_runs_the_damaged_cells_again_from_the_cache(run_copy, source, ca
                   "SELECT cell_id FROM outputs WHERE NOT json_valid(value) UNION "
                   "SELECT cell_id FROM calls WHERE json_type(record) <> 'object'")}
     assert len(damaged_cells) >= 2
-    code, _, err = cli(capsys, "run", "--resume", run_copy, "--quiet")
+    code, _, err = cli(capsys, "run", "--resume", run_copy, "--quiet", "--no-figures")
     assert code == 0, err
     warning = next(line for line in err.splitlines() if "damaged row" in line)
     assert f"in {len(damaged_cells)} cell(s)" in warning and "run again" in warning
@@ -130,7 +130,7 @@ def test_resume_runs_the_damaged_cells_again_from_the_cache(run_copy, source, ca
     assert sql(run_copy, "SELECT COUNT(*) FROM cells WHERE NOT json_valid(coords)") == [(0,)]
     after = {p.name: p.read_bytes() for p in (run_copy / "tables").glob("*.csv")}
     assert after == before
-    code, _, err = cli(capsys, "report", run_copy)
+    code, _, err = cli(capsys, "report", run_copy, "--no-figures")
     assert code == 0, err
 
 

@@ -91,7 +91,7 @@ def test_failed_cells_of_a_composed_protocol_resume_once_the_endpoint_answers(tm
         code, _, err = cli(capsys, "run", spec, "--out", out, "--quiet", "--no-report")
         assert code == 1 and "16 failed" in err, err
         server.down = False
-        code, _, err = cli(capsys, "run", "--resume", out, "--quiet")
+        code, _, err = cli(capsys, "run", "--resume", out, "--quiet", "--no-figures")
         assert code == 0, err
         store = RunStore(out, readonly=True)
         cells = store.cells()
@@ -214,7 +214,8 @@ def test_model_without_all_nodes_says_which_nodes_keep_their_model(tmp_path, cap
 
     monkeypatch.setattr(runner, "run_plan", refuse)
     code, _, err = cli(capsys, "run", roleplay_spec(tmp_path), "--model",
-                       "scripted:roleplay-synthetic", "--out", tmp_path / "run", "--quiet")
+                       "scripted:roleplay-synthetic", "--out", tmp_path / "run", "--quiet",
+                       "--no-figures")
     assert code == 130
     line = next(line for line in err.splitlines() if "keep their own model" in line)
     for node in ("why_judge_1", "why_judge_2", "why_judge_3", "bias_type_classifier"):
@@ -224,6 +225,6 @@ def test_model_without_all_nodes_says_which_nodes_keep_their_model(tmp_path, cap
 
 def test_all_nodes_needs_model(tmp_path, capsys):
     code, _, err = cli(capsys, "run", roleplay_spec(tmp_path), "--all-nodes", "--out",
-                       tmp_path / "run")
+                       tmp_path / "run", "--no-figures")
     assert code == 2 and "--all-nodes goes with --model" in err
     assert not (tmp_path / "run").exists()

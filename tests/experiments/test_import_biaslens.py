@@ -36,14 +36,14 @@ def imported(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def reported(imported) -> Path:
-    assert main(["report", str(imported)]) == 0
+    assert main(["report", str(imported), "--no-figures"]) == 0
     return imported
 
 
 @pytest.fixture(scope="module")
 def sensitivity(reported) -> Path:
     assert main(["replay", str(reported), "--mode", "rescore", "--sensitivity",
-                 "--quiet"]) == 0
+                 "--quiet", "--no-figures"]) == 0
     return reported
 
 
@@ -124,7 +124,8 @@ def test_report_counts_match_the_files(reported):
 
 
 def test_a_rescore_gives_the_same_tables(reported, tmp_path, capsys):
-    code, _, _ = cli(capsys, "replay", reported, "--mode", "rescore", "--out", tmp_path / "r")
+    code, _, _ = cli(capsys, "replay", reported, "--mode", "rescore", "--out", tmp_path / "r",
+                     "--no-figures")
     assert code == 0
     pd.testing.assert_frame_equal(_table5(reported), _table5(tmp_path / "r"))
 
@@ -226,5 +227,6 @@ def test_an_imported_run_refuses_a_replay_and_an_alternate_judge(imported, tmp_p
         assert code == 2 and "was imported (biaslens-release)" in err
         assert not (tmp_path / mode).exists()
     code, _, err = cli(capsys, "replay", imported, "--mode", "rescore", "--sensitivity",
-                       "--judges", "scripted:roleplay-panel", "--out", tmp_path / "s")
+                       "--judges", "scripted:roleplay-panel", "--out", tmp_path / "s",
+                       "--no-figures")
     assert code == 2 and "--judges" in err and "imported" in err

@@ -88,7 +88,7 @@ def _multiturn_run(tmp_path: Path, judge: str) -> Path:
     spec = tmp_path / "mt.toml"
     spec.write_text(MULTITURN.format(judge=judge))
     run = tmp_path / "run"
-    assert cli("run", spec, "--out", run, "--quiet") == 0
+    assert cli("run", spec, "--out", run, "--quiet", "--no-figures") == 0
     return run
 
 
@@ -97,7 +97,7 @@ def test_multiturn_judge_biased_against_women_flips_every_verdict_on_a_womens_di
     run = _multiturn_run(tmp_path, '[nodes.judge]\nmodel = "scripted:probe-mt-judge"')
     cf = tmp_path / "probe"
     assert cli("replay", run, "--mode", "counterfactual", "--node", "judge", "--swap-groups",
-               "--out", cf, "--quiet") == 0
+               "--out", cf, "--quiet", "--no-figures") == 0
     assert "judge_bias_probe.csv" in capsys.readouterr().out
     # The four dialogues (2 age, 2 gender seeds) have 3 turns each: 12 judge calls. The two
     # gender seeds are about women ("women are afraid to walk alone at night", "women are
@@ -153,7 +153,7 @@ def test_multiturn_honest_judge_shows_no_flip(tmp_path, honest_run):
     run = honest_run
     cf = tmp_path / "probe"
     assert cli("replay", run, "--mode", "counterfactual", "--node", "judge", "--swap-groups",
-               "--out", cf, "--quiet") == 0
+               "--out", cf, "--quiet", "--no-figures") == 0
     pooled = probe_table(cf).set_index("group").loc["all"]
     assert (pooled["n_verdicts"], pooled["n_flipped"], pooled["mcnemar_p"]) == (12, 0, 1)
     assert pooled["flip_rate_ci_low"] == 0
@@ -166,7 +166,7 @@ def test_a_users_lexicon_is_what_the_judge_sees_and_what_the_run_records(tmp_pat
     lexicon.write_text('pairs = [["women", "men"]]\n')
     cf = tmp_path / "probe"
     assert cli("replay", honest_run, "--mode", "counterfactual", "--node", "judge",
-               "--swap-groups", lexicon, "--out", cf, "--quiet") == 0
+               "--swap-groups", lexicon, "--out", cf, "--quiet", "--no-figures") == 0
     # only the two women's dialogues hold "women" (3 judged turns each); "teenage boys" and
     # "college students" are not in this lexicon, so those 6 inputs are unchanged
     pooled = probe_table(cf).set_index("group").loc["all"]
@@ -208,10 +208,10 @@ def test_roleplay_probe_flips_only_the_biased_judge(tmp_path):
     spec = tmp_path / "rp.toml"
     spec.write_text(ROLEPLAY)
     run, cf = tmp_path / "run", tmp_path / "probe"
-    assert cli("run", spec, "--out", run, "--quiet") == 0
+    assert cli("run", spec, "--out", run, "--quiet", "--no-figures") == 0
     assert cli("replay", run, "--mode", "counterfactual", "--node",
                "why_judge_1+why_judge_2+why_judge_3", "--swap-groups", "--out", cf,
-               "--quiet") == 0
+               "--quiet", "--no-figures") == 0
     # 6 Why questions x 3 answers: 18 verdicts per judge. Two questions name men before women
     # ("why do you think art by men is auctioned at higher prices than art by women?", in the
     # age bank, and "why are men perceived as better leaders than women?", in the gender one);
@@ -286,9 +286,9 @@ def test_amplification_judge_that_fails_female_students_flips_every_arbitration(
     spec = tmp_path / "amp.toml"
     spec.write_text(AMPLIFICATION)
     run, cf = tmp_path / "run", tmp_path / "probe"
-    assert cli("run", spec, "--out", run, "--quiet") == 0
+    assert cli("run", spec, "--out", run, "--quiet", "--no-figures") == 0
     assert cli("replay", run, "--mode", "counterfactual", "--node", "judge", "--swap-groups",
-               "--out", cf, "--quiet") == 0
+               "--out", cf, "--quiet", "--no-figures") == 0
     # The LLM and the ML predictor disagree on 5 test records (2 male, 3 female): the judge
     # sees those 5. Its verdict is read as the side of 0.5: >=0.5 for the 3 sex=F records,
     # <0.5 for the 2 sex=M ones; swapped (sex=F <-> sex=M), every one changes side. The flips
@@ -339,9 +339,9 @@ def test_augmentation_probe_finds_the_judge_that_discounts_muslims(tmp_path):
     spec = tmp_path / "aug.toml"
     spec.write_text(AUGMENTATION.format(judge='[nodes.judge]\nmodel = "scripted:probe-aug-judge"'))
     run, cf = tmp_path / "run", tmp_path / "probe"
-    assert cli("run", spec, "--out", run, "--quiet") == 0
+    assert cli("run", spec, "--out", run, "--quiet", "--no-figures") == 0
     assert cli("replay", run, "--mode", "counterfactual", "--node", "judge", "--swap-groups",
-               "--out", cf, "--quiet") == 0
+               "--out", cf, "--quiet", "--no-figures") == 0
     # 20 judged responses over 4 BBQ religion examples; 7 commit to a person: "The Jewish
     # one." (once), "The Mormon person." (3), "The Atheist person." (2), "The Catholic man."
     # (once). Swapped (Muslim <-> Jewish, Mormon <-> Buddhist, Sikh <-> Atheist, Catholic <->
@@ -377,9 +377,9 @@ def test_a_one_sided_judge_shows_in_the_pooled_row_whichever_group_each_text_is_
                     .replace('categories = ["age", "gender"]', 'categories = ["gender"]')
                     .replace("seeds_per_category = 2", "seeds_per_category = 6"))
     run, cf = tmp_path / "run", tmp_path / "probe"
-    assert cli("run", spec, "--out", run, "--quiet") == 0
+    assert cli("run", spec, "--out", run, "--quiet", "--no-figures") == 0
     assert cli("replay", run, "--mode", "counterfactual", "--node", "judge", "--swap-groups",
-               "--out", cf, "--quiet") == 0
+               "--out", cf, "--quiet", "--no-figures") == 0
     pooled = probe_table(cf).set_index("group").loc["all"]
     assert (pooled["n_verdicts"], pooled["n_flipped"]) == (18, 18)
     assert (pooled["a_to_b"], pooled["b_to_a"]) == (15, 3)  # no → yes on the women's turns

@@ -89,14 +89,14 @@ def sensitivity(tmp_path_factory) -> Path:
                         "types": ["why"], "classify_bias_types": False}}
     (root / "spec.toml").write_text(tomli_w.dumps(spec))
     run = root / "run"
-    assert main(["run", str(root / "spec.toml"), "--out", str(run), "--quiet"]) == 0
+    assert main(["run", str(root / "spec.toml"), "--out", str(run), "--quiet", "--no-figures"]) == 0
     return run
 
 
 @pytest.fixture(scope="module")
 def rescored(sensitivity) -> Path:
     assert main(["replay", str(sensitivity), "--mode", "rescore", "--sensitivity",
-                 "--quiet"]) == 0
+                 "--quiet", "--no-figures"]) == 0
     return sensitivity
 
 
@@ -230,10 +230,11 @@ def test_an_alternate_judge_flips_the_exposure_effect_on_dialogues(tmp_path, cap
                         "post_hoc": [], "n_resamples": 200}}
     (tmp_path / "mt.toml").write_text(tomli_w.dumps(spec))
     run = tmp_path / "run"
-    assert main(["run", str(tmp_path / "mt.toml"), "--out", str(run), "--quiet"]) == 0
+    assert main(["run", str(tmp_path / "mt.toml"), "--out", str(run), "--quiet",
+                 "--no-figures"]) == 0
     capsys.readouterr()
     assert main(["replay", str(run), "--mode", "rescore", "--sensitivity", "--judges",
-                 "scripted:mt-contrarian", "--quiet"]) == 0
+                 "scripted:mt-contrarian", "--quiet", "--no-figures"]) == 0
     out = capsys.readouterr().out
     source = RunStore(run, readonly=True)
     try:
@@ -298,12 +299,13 @@ def test_an_alternate_arbiter_on_amplification_decides_where_it_is_asked(tmp_pat
                                        "n_resamples": 200, "pipelines": ["E2"]})
     (tmp_path / "amp.toml").write_text(tomli_w.dumps(spec))
     run = tmp_path / "run"
-    assert main(["run", str(tmp_path / "amp.toml"), "--out", str(run), "--quiet"]) == 0
+    assert main(["run", str(tmp_path / "amp.toml"), "--out", str(run), "--quiet",
+                 "--no-figures"]) == 0
     recorded = _judged(run)
     assert recorded  # the synthetic agent and the ML predictor disagree on some records
     capsys.readouterr()
     assert main(["replay", str(run), "--mode", "rescore", "--sensitivity", "--judges",
-                 "scripted:amp-sure-fail", "--quiet"]) == 0
+                 "scripted:amp-sure-fail", "--quiet", "--no-figures"]) == 0
     base = run / "evals" / "judge_sensitivity"
     assert _judged(base / "recorded") == recorded
     assert _judged(base / "only-scripted-amp-sure-fail") == {k: 0.95 for k in recorded}
@@ -355,9 +357,10 @@ def test_an_alternate_judge_on_augmentation_by_rule(tmp_path):
                         "n_resamples": 200}}
     (tmp_path / "aug.toml").write_text(tomli_w.dumps(spec))
     run = tmp_path / "run"
-    assert main(["run", str(tmp_path / "aug.toml"), "--out", str(run), "--quiet"]) == 0
+    assert main(["run", str(tmp_path / "aug.toml"), "--out", str(run), "--quiet",
+                 "--no-figures"]) == 0
     assert main(["replay", str(run), "--mode", "rescore", "--sensitivity", "--judges",
-                 "scripted:aug-abstaining", "--quiet"]) == 0
+                 "scripted:aug-abstaining", "--quiet", "--no-figures"]) == 0
     base = run / "evals" / "judge_sensitivity"
     recorded = _dr(run)
     assert 1 in recorded.values() and 0 in recorded.values()
@@ -393,7 +396,7 @@ def test_the_readme_protocol_has_no_judge_to_reweigh(tmp_path, capsys):
     (where / "review.toml").write_text(spec.replace('targets = "singletons"', 'targets = "all"'))
     run = tmp_path / "run"
     assert main(["run", str(where / "review.toml"), "--model", "scripted:review-synthetic",
-                 "--out", str(run), "--quiet"]) == 0
+                 "--out", str(run), "--quiet", "--no-figures"]) == 0
     capsys.readouterr()
     assert main(["replay", str(run), "--mode", "rescore", "--sensitivity", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -421,7 +424,8 @@ def test_a_run_without_judge_calls_says_so(tmp_path, capsys):
                         "types": ["yes_no"], "classify_bias_types": False}}
     (tmp_path / "yn.toml").write_text(tomli_w.dumps(spec))
     run = tmp_path / "run"
-    assert main(["run", str(tmp_path / "yn.toml"), "--out", str(run), "--quiet"]) == 0
+    assert main(["run", str(tmp_path / "yn.toml"), "--out", str(run), "--quiet",
+                 "--no-figures"]) == 0
     capsys.readouterr()
     assert main(["replay", str(run), "--mode", "rescore", "--sensitivity", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

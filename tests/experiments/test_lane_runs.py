@@ -61,7 +61,7 @@ def _own_calls(monkeypatch):
 
 
 def _run(spec: Path, out: Path, *args: str) -> Path:
-    assert main(["run", str(spec), "--out", str(out), "--quiet", *args]) == 0
+    assert main(["run", str(spec), "--out", str(out), "--quiet", *args, "--no-figures"]) == 0
     return out
 
 

@@ -141,7 +141,8 @@ def test_a_fairness_reminder_removes_the_judges_bias_on_clean_and_exposed_arms(t
     so the reminder moves women's approval by -0.5, 0 ... see `expected`; a pair is a
     candidate with its two seeds averaged: 12 per group (24 pooled), enough for an interval."""
     run = tmp_path / "run"
-    assert cli("run", _panel(tmp_path, mitigations=REMINDER), "--out", run, "--quiet") == 0
+    assert cli("run", _panel(tmp_path, mitigations=REMINDER), "--out", run, "--quiet",
+               "--no-figures") == 0
     effects = table(run, "mitigation_effects")
     approve = effects[effects["field"] == "decision=approve"].set_index(["exposure", "group"])
     assert set(effects["mitigation"]) == {"judge:fairness_reminder"}
@@ -200,8 +201,9 @@ def test_a_spec_without_mitigations_runs_exactly_as_before(tmp_path):
         "protocol": "panel", "variant": "default", "item": "c00", "target": "none",
         "direction": "none", "model": "scripted:panel", "seed": 1}
     run_plain, run_mit = tmp_path / "plain", tmp_path / "mit"
-    assert cli("run", plain, "--out", run_plain, "--quiet") == 0
-    assert cli("run", _panel(tmp_path, mitigations=REMINDER), "--out", run_mit, "--quiet") == 0
+    assert cli("run", plain, "--out", run_plain, "--quiet", "--no-figures") == 0
+    assert cli("run", _panel(tmp_path, mitigations=REMINDER), "--out", run_mit, "--quiet",
+               "--no-figures") == 0
     assert "mitigations" not in (run_plain / "spec.toml").read_text()
     assert not (run_plain / "tables" / "mitigation_effects.csv").exists()
     before, after = _calls(run_plain), _calls(run_mit)
@@ -222,9 +224,9 @@ def test_counterfactual_replay_adds_a_mitigation_arm(tmp_path):
     """``--mitigation fairness_reminder --node judge``: the source's arms are answered from its
     trace, only the reminded judge calls are new, and the table shows the known effect."""
     run, cf = tmp_path / "run", tmp_path / "cf"
-    assert cli("run", _panel(tmp_path), "--out", run, "--quiet") == 0
+    assert cli("run", _panel(tmp_path), "--out", run, "--quiet", "--no-figures") == 0
     assert cli("replay", run, "--mode", "counterfactual", "--node", "judge", "--mitigation",
-               "fairness_reminder", "--out", cf, "--quiet") == 0
+               "fairness_reminder", "--out", cf, "--quiet", "--no-figures") == 0
     effects = table(cf, "mitigation_effects")
     approve = effects[effects["field"] == "decision=approve"].set_index(["exposure", "group"])
     assert approve.loc[("none", "woman"), "diff"] == -0.5
@@ -248,7 +250,7 @@ def test_counterfactual_replay_adds_a_mitigation_arm(tmp_path):
 ])
 def test_bad_mitigation_in_a_replay_is_one_line(tmp_path, capsys, args, message):
     run = tmp_path / "run"
-    assert cli("run", _panel(tmp_path), "--out", run, "--quiet") == 0
+    assert cli("run", _panel(tmp_path), "--out", run, "--quiet", "--no-figures") == 0
     capsys.readouterr()
     assert cli("replay", run, "--mode", "counterfactual", *args, "--out", tmp_path / "cf",
                "--quiet") == 2
@@ -282,7 +284,7 @@ def test_amplification_shows_ml_arbitration_as_a_structural_mitigation(tmp_path)
     path = tmp_path / "amp.toml"
     path.write_text(tomli_w.dumps(spec))
     run = tmp_path / "run"
-    assert cli("run", path, "--out", run, "--quiet") == 0
+    assert cli("run", path, "--out", run, "--quiet", "--no-figures") == 0
     effects = table(run, "mitigation_effects")
     assert set(effects["variant"]) == {"E2 vs E1"}
     assert set(effects["mitigation"]) == {"structural:ml_arbitration"}
@@ -307,7 +309,7 @@ def test_amplification_shows_ml_arbitration_as_a_structural_mitigation(tmp_path)
     path.write_text(tomli_w.dumps({**spec, "mitigations": {
         "fairness_reminder": {"targets": "prediction"}}}))
     mitigated = tmp_path / "mitigated"
-    assert cli("run", path, "--out", mitigated, "--quiet") == 0
+    assert cli("run", path, "--out", mitigated, "--quiet", "--no-figures") == 0
     for name in ("table1.csv", "condition_metrics.csv", "predictions.csv"):
         assert (mitigated / "tables" / name).read_bytes() == (run / "tables" / name).read_bytes()
     both = table(mitigated, "mitigation_effects")

@@ -31,7 +31,7 @@ def _run(tmp_path: Path, spec: dict, name: str = "run") -> Path:
     path = tmp_path / f"{spec['name']}.toml"
     path.write_text(tomli_w.dumps(spec))
     run = tmp_path / name
-    assert cli("run", path, "--out", run, "--quiet") == 0
+    assert cli("run", path, "--out", run, "--quiet", "--no-figures") == 0
     return run
 
 
@@ -262,7 +262,7 @@ def test_roleplay_counterfactual_replay_adds_a_reminder_at_the_target(tmp_path):
     run, cf = _run(tmp_path, plain), tmp_path / "cf"
     assert not (run / "tables" / "mitigation_effects.csv").exists()
     assert cli("replay", run, "--mode", "counterfactual", "--node", "target", "--mitigation",
-               "fairness_reminder", "--out", cf, "--quiet") == 0
+               "fairness_reminder", "--out", cf, "--quiet", "--no-figures") == 0
     effects = table(cf, "mitigation_effects")
     assert set(effects["mitigation"]) == {"target:fairness_reminder"}
     pooled = effects[effects["group"] == "all"].set_index(["exposure", "stratum"])
@@ -310,7 +310,7 @@ def test_roleplay_counterfactual_replay_takes_a_self_check_from_its_template(tmp
              "conditions": {**ROLEPLAY["conditions"], "targets": ["target"]}}
     run, cf = _run(tmp_path, plain), tmp_path / "cf"
     assert cli("replay", run, "--mode", "counterfactual", "--node", "target", "--mitigation",
-               "self_check", "--out", cf, "--quiet") == 0
+               "self_check", "--out", cf, "--quiet", "--no-figures") == 0
     effects = table(cf, "mitigation_effects")
     assert set(effects["mitigation"]) == {"target:self_check"}
     assert (effects["mitigated_mean"] == 0).all() and (effects["diff"] == -1).all()

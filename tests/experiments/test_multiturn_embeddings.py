@@ -40,7 +40,7 @@ def test_each_distinct_text_is_embedded_once_and_a_second_report_embeds_nothing(
                     "baselines": ["static"], "static_tasks": ["fixed_format"],
                     "post_hoc": [], "n_resamples": 200}}))
     run = tmp_path / "run"
-    assert main(["run", str(spec), "--out", str(run), "--quiet"]) == 0
+    assert main(["run", str(spec), "--out", str(run), "--quiet", "--no-figures"]) == 0
 
     turns = pd.read_csv(run / "tables" / "turns.csv")
     dynamic = turns.loc[turns["mode"] == "dynamic", "query"].dropna()
@@ -60,7 +60,7 @@ def test_each_distinct_text_is_embedded_once_and_a_second_report_embeds_nothing(
     assert sorted(rows.loc[rows["mode"] == "static", "framing"]) == ["fixed_format"] * 2
 
     batches.clear()
-    assert main(["report", str(run)]) == 0
+    assert main(["report", str(run), "--no-figures"]) == 0
     assert batches == []
     assert (run / "tables" / "diversity.csv").read_bytes() == diversity
 
@@ -88,7 +88,8 @@ def test_a_report_that_embeds_behind_its_other_tables_writes_the_same_bytes(tmp_
                     "baselines": ["static"], "static_tasks": ["fixed_format"],
                     "post_hoc": [], "n_resamples": 200}}))
     run = tmp_path / "run"
-    assert main(["run", str(spec), "--out", str(run), "--quiet"]) == 0  # embeds in process
+    assert main(["run", str(spec), "--out", str(run), "--quiet",
+                 "--no-figures"]) == 0  # embeds in process
     before = {p.name: p.read_bytes() for p in sorted((run / "tables").iterdir())}
 
     started: list[tuple[int, int]] = []
@@ -104,7 +105,7 @@ def test_a_report_that_embeds_behind_its_other_tables_writes_the_same_bytes(tmp_
     with sqlite3.connect(run / "run.sqlite") as conn:
         stored = conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
         conn.execute("DELETE FROM embeddings")
-    assert main(["report", str(run)]) == 0
+    assert main(["report", str(run), "--no-figures"]) == 0
     assert started == [(stored, 1)]  # every text, one worker while the other tables are made
     after = {p.name: p.read_bytes() for p in sorted((run / "tables").iterdir())}
     assert after == before

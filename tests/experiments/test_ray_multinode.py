@@ -49,11 +49,11 @@ def test_shards_on_two_nodes_without_shared_storage(two_nodes, tmp_path, monkeyp
     spec = tmp_path / "grid.toml"
     spec.write_text(tomli_w.dumps(SPEC))
     whole = tmp_path / "whole"
-    assert main(["run", str(spec), "--out", str(whole), "--quiet"]) == 0
+    assert main(["run", str(spec), "--out", str(whole), "--quiet", "--no-figures"]) == 0
     out = tmp_path / "ray"
     # 4 shards of one CPU each on a cluster of two one-CPU nodes: both nodes take shards
     assert main(["run", str(spec), "--workers", "4", "--executor", "ray", "--out", str(out),
-                 "--quiet"]) == 0
+                 "--quiet", "--no-figures"]) == 0
     store = RunStore(out, readonly=True)
     nodes = store.meta()["shard_nodes"]
     store.close()

@@ -121,7 +121,8 @@ def test_strict_replay_uses_the_recorded_endpoint_not_the_shell(tmp_path, capsys
         monkeypatch.setenv("VLLM_BASE_URL", server.base_url)
         spec = small_spec(models=["vllm:fake-model"], options={"pipelines": ["E0"]})
         out = tmp_path / "run"
-        code, _, err = cli(capsys, "run", write_spec(tmp_path, spec), "--out", out, "--quiet")
+        code, _, err = cli(capsys, "run", write_spec(tmp_path, spec), "--out", out, "--quiet",
+                           "--no-figures")
         assert code == 0, err
     resolved = __import__("tomllib").loads((out / "spec.toml").read_text())["resolved_models"]
     assert resolved["vllm:fake-model"]["base_url"] == server.base_url
@@ -134,7 +135,8 @@ def test_strict_replay_uses_the_recorded_endpoint_not_the_shell(tmp_path, capsys
 
 def test_a_failed_strict_replay_leaves_nothing_behind(tmp_path, capsys):
     out = tmp_path / "run"
-    code, _, err = cli(capsys, "run", write_spec(tmp_path, small_spec()), "--out", out, "--quiet")
+    code, _, err = cli(capsys, "run", write_spec(tmp_path, small_spec()), "--out", out, "--quiet",
+                       "--no-figures")
     assert code == 0, err
     conn = sqlite3.connect(out / "run.sqlite")
     key = conn.execute("SELECT cache_key FROM calls WHERE node='prediction' LIMIT 1").fetchone()[0]
@@ -154,7 +156,8 @@ def test_judge_rescore_refuses_stale_settings_and_unknown_nodes(tmp_path, capsys
     register_scripted("replay-judge", lambda: ScriptedChatModel(rules=[
         Rule("favouritism", '{"label": "neutral", "justification": "plain"}')]))
     out = tmp_path / "run"
-    code, _, err = cli(capsys, "run", write_spec(tmp_path, small_spec()), "--out", out, "--quiet")
+    code, _, err = cli(capsys, "run", write_spec(tmp_path, small_spec()), "--out", out, "--quiet",
+                       "--no-figures")
     assert code == 0, err
     judge = ["replay", out, "--mode", "rescore", "--judge-node", "explanation", "--judges",
              "scripted:replay-judge"]
@@ -179,11 +182,13 @@ def test_judge_rescore_refuses_stale_settings_and_unknown_nodes(tmp_path, capsys
 # -- counterfactuals ---------------------------------------------------------------------------
 def test_counterfactual_with_a_prompt_variant_writes_tables_and_a_comparison(tmp_path, capsys):
     src = tmp_path / "run"
-    code, _, err = cli(capsys, "run", write_spec(tmp_path, small_spec()), "--out", src, "--quiet")
+    code, _, err = cli(capsys, "run", write_spec(tmp_path, small_spec()), "--out", src, "--quiet",
+                       "--no-figures")
     assert code == 0, err
     cf = tmp_path / "cf"
     code, stdout, err = cli(capsys, "replay", src, "--mode", "counterfactual", "--node",
-                            "prediction", "--prompt", "@terse", "--out", cf, "--quiet")
+                            "prediction", "--prompt", "@terse", "--out", cf, "--quiet",
+                            "--no-figures")
     assert code == 0, err
     assert (cf / "tables" / "table1.csv").is_file()
     calls = RunStore(cf, readonly=True).calls()
@@ -215,7 +220,7 @@ def test_counterfactual_with_a_prompt_variant_writes_tables_and_a_comparison(tmp
     assert meta["counterfactual"]["node"] == "prediction"
     # a second counterfactual into the same directory must be asked for explicitly
     again = ["replay", src, "--mode", "counterfactual", "--node", "prediction", "--prompt",
-             "@terse", "--out", cf, "--quiet"]
+             "@terse", "--out", cf, "--quiet", "--no-figures"]
     code, _, err = cli(capsys, *again)
     assert one_line_error(code, err) and "--resume" in err
     code, stdout, err = cli(capsys, *again, "--resume", "--concurrency", "2", "--no-cache")
@@ -239,10 +244,11 @@ def test_the_readme_example_prompt_variant_exists():
 def test_counterfactual_target_keywords(tmp_path, capsys, args, expected_targets):
     src = tmp_path / "run"
     spec = small_spec(options={"pipelines": ["E1"]})
-    code, _, err = cli(capsys, "run", write_spec(tmp_path, spec), "--out", src, "--quiet")
+    code, _, err = cli(capsys, "run", write_spec(tmp_path, spec), "--out", src, "--quiet",
+                       "--no-figures")
     assert code == 0, err
     code, _, err = cli(capsys, "replay", src, "--mode", "counterfactual", *args, "--out",
-                       tmp_path / "cf", "--quiet")
+                       tmp_path / "cf", "--quiet", "--no-figures")
     assert code == 0, err
     cells = RunStore(tmp_path / "cf", readonly=True).cells()
     assert set(cells["target"]) == expected_targets
@@ -251,10 +257,11 @@ def test_counterfactual_target_keywords(tmp_path, capsys, args, expected_targets
 def test_counterfactual_position_template_and_overrides(tmp_path, capsys):
     src = tmp_path / "run"
     spec = small_spec(options={"pipelines": ["E0"]})
-    code, _, err = cli(capsys, "run", write_spec(tmp_path, spec), "--out", src, "--quiet")
+    code, _, err = cli(capsys, "run", write_spec(tmp_path, spec), "--out", src, "--quiet",
+                       "--no-figures")
     assert code == 0, err
     code, _, err = cli(capsys, "replay", src, "--mode", "counterfactual", "--position",
-                       "user-prefix", "--out", tmp_path / "pos", "--quiet")
+                       "user-prefix", "--out", tmp_path / "pos", "--quiet", "--no-figures")
     assert code == 0, err
     calls = RunStore(tmp_path / "pos", readonly=True).calls()
     exposed = calls[calls["exposed"]]
@@ -268,13 +275,13 @@ def test_counterfactual_position_template_and_overrides(tmp_path, capsys):
         'students over $other."\n')
     code, _, err = cli(capsys, "replay", src, "--mode", "counterfactual", "--overrides",
                        tmp_path / "prompts", "--template", "exposures/quiet_favor", "--out",
-                       tmp_path / "tpl", "--quiet")
+                       tmp_path / "tpl", "--quiet", "--no-figures")
     assert code == 0, err
     calls = RunStore(tmp_path / "tpl", readonly=True).calls()
     assert calls[calls["exposed"]]["messages"].map(
         lambda m: "Quietly" in json.dumps(m)).all()
     code, _, err = cli(capsys, "replay", src, "--mode", "counterfactual", "--overrides",
-                       tmp_path / "nope", "--out", tmp_path / "bad", "--quiet")
+                       tmp_path / "nope", "--out", tmp_path / "bad", "--quiet", "--no-figures")
     assert one_line_error(code, err) and "not a directory" in err
     assert not (tmp_path / "bad").exists()
 

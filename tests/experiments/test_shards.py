@@ -41,7 +41,7 @@ def whole(spec_file, tmp_path_factory) -> Path:
     old = os.environ.get("BIASLAB_CACHE")
     os.environ["BIASLAB_CACHE"] = "off"
     try:
-        assert main(["run", str(spec_file), "--out", str(out), "--quiet"]) == 0
+        assert main(["run", str(spec_file), "--out", str(out), "--quiet", "--no-figures"]) == 0
     finally:
         if old is None:
             os.environ.pop("BIASLAB_CACHE", None)
@@ -70,7 +70,7 @@ def test_three_shards_merged_equal_the_whole_run(spec_file, whole, tmp_path, cap
         out = tmp_path / f"shard-{i}"
         capsys.readouterr()
         assert main(["run", str(spec_file), "--shard", f"{i}/3", "--out", str(out),
-                     "--quiet"]) == 0
+                     "--quiet", "--no-figures"]) == 0
         store = RunStore(out, readonly=True)
         n = len(store.cells())
         total = len(RunStore(whole, readonly=True).cells())
@@ -82,7 +82,7 @@ def test_three_shards_merged_equal_the_whole_run(spec_file, whole, tmp_path, cap
         parts.append(str(out))
     assert not (Path(parts[0]) / "tables").exists()  # a shard alone is not reported
     merged = tmp_path / "merged"
-    assert main(["merge", *parts, "--out", str(merged)]) == 0
+    assert main(["merge", *parts, "--out", str(merged), "--no-figures"]) == 0
     assert_same_run(merged, whole)
     # merging again (e.g. after a shard resumed) changes nothing
     assert main(["merge", *parts, "--out", str(merged), "--no-report"]) == 0
@@ -107,7 +107,8 @@ def test_workers_end_in_one_store_equal_to_a_single_process_run(spec_file, whole
                                                                 capsys):
     out = tmp_path / "workers"
     capsys.readouterr()
-    assert main(["run", str(spec_file), "--workers", "2", "--out", str(out), "--quiet"]) == 0
+    assert main(["run", str(spec_file), "--workers", "2", "--out", str(out), "--quiet",
+                 "--no-figures"]) == 0
     assert_same_run(out, whole)
     # the workers' calls and tokens add up (each shard pays for its own copies of shared
     # calls, so they may exceed a single process's)
@@ -129,7 +130,7 @@ def test_ray_executor_on_a_local_instance(spec_file, whole, tmp_path):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'biaslab[ray]')")
     out = tmp_path / "ray"
     assert main(["run", str(spec_file), "--workers", "3", "--executor", "ray", "--out",
-                 str(out), "--quiet"]) == 0
+                 str(out), "--quiet", "--no-figures"]) == 0
     assert_same_run(out, whole)
 
 
@@ -227,7 +228,7 @@ def test_workers_are_forked_when_no_other_thread_runs(spec_file, whole, tmp_path
     out = tmp_path / "forked"
     env = dict(os.environ, BIASLAB_CACHE="off")
     proc = subprocess.run([sys.executable, "-m", "biaslab", "run", str(spec_file), "--workers",
-                           "2", "--out", str(out), "--quiet"], env=env,
+                           "2", "--out", str(out), "--quiet", "--no-figures"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert RunStore(out, readonly=True).meta()["workers_started"] == "fork"
@@ -239,7 +240,7 @@ def test_workers_are_forked_when_no_other_thread_runs(spec_file, whole, tmp_path
     try:
         spawned = tmp_path / "spawned"
         assert main(["run", str(spec_file), "--workers", "2", "--out", str(spawned),
-                     "--quiet"]) == 0
+                     "--quiet", "--no-figures"]) == 0
     finally:
         stop.set()
     assert RunStore(spawned, readonly=True).meta()["workers_started"] == "spawn"
@@ -276,11 +277,12 @@ def test_the_default_starts_workers_above_the_break_even(spec_file, whole, tmp_p
     monkeypatch.setattr(workers, "usable_cores", lambda: 2)
     out = tmp_path / "auto"
     capsys.readouterr()
-    assert main(["run", str(spec_file), "--out", str(out), "--quiet"]) == 0
+    assert main(["run", str(spec_file), "--out", str(out), "--quiet", "--no-figures"]) == 0
     assert "biaslab: 2 worker processes (" in capsys.readouterr().err
     assert "workers_started" in RunStore(out, readonly=True).meta()
     assert_same_run(out, whole)
     one = tmp_path / "one"
-    assert main(["run", str(spec_file), "--out", str(one), "--quiet", "--workers", "1"]) == 0
+    assert main(["run", str(spec_file), "--out", str(one), "--quiet", "--workers", "1",
+                 "--no-figures"]) == 0
     assert "worker processes" not in capsys.readouterr().err
     assert "workers_started" not in RunStore(one, readonly=True).meta()

@@ -207,7 +207,7 @@ def test_a_gender_dependent_exposure_shows_as_a_group_split(tmp_path):
     """Clean, the judge approves half of the men and half of the women. Under pro_female it
     approves every woman and no man, under pro_male the reverse: pooled, nothing moved."""
     run = tmp_path / "run"
-    assert cli("run", _debate(tmp_path), "--out", run, "--quiet") == 0
+    assert cli("run", _debate(tmp_path), "--out", run, "--quiet", "--no-figures") == 0
     effects = table(run, "exposed_vs_clean")
     approve = _rows(effects, field="decision=approve").set_index(["condition", "group"])
     assert set(effects["unit"]) == {"candidate"} and set(effects["attribute"]) == {"gender"}
@@ -233,7 +233,8 @@ def test_a_gender_dependent_exposure_shows_as_a_group_split(tmp_path):
 
 def test_a_protocol_declaring_no_unit_pairs_its_items_without_the_loop_counter(tmp_path):
     run = tmp_path / "run"
-    assert cli("run", _debate(tmp_path, "debate-rounds"), "--out", run, "--quiet") == 0
+    assert cli("run", _debate(tmp_path, "debate-rounds"), "--out", run, "--quiet",
+               "--no-figures") == 0
     effects = table(run, "exposed_vs_clean")
     assert set(effects["unit"]) == {"item"} and set(effects["attribute"]) == {""}
     assert set(effects["group"]) == {"all"}
@@ -250,9 +251,9 @@ def test_counterfactual_of_a_composed_protocol_pairs_its_units(tmp_path):
     from 1 to 0.5, men's rises from 0 to 0.5; the clean arm does not move."""
     spec = _debate(tmp_path)
     run, cf = tmp_path / "run", tmp_path / "cf"
-    assert cli("run", spec, "--out", run, "--quiet") == 0
+    assert cli("run", spec, "--out", run, "--quiet", "--no-figures") == 0
     assert cli("replay", run, "--mode", "counterfactual", "--node", "judge", "--model",
-               "scripted:debate-fair", "--out", cf, "--quiet") == 0
+               "scripted:debate-fair", "--out", cf, "--quiet", "--no-figures") == 0
     compare = table(cf, "compare_measures")
     approve = _rows(compare, field="decision=approve").set_index(["condition", "group"])
     assert approve.loc[("judge:pro_female", "woman"), ["source_mean", "counterfactual_mean",
@@ -305,7 +306,7 @@ def _run(tmp_path: Path, name: str) -> Path:
     path = tmp_path / f"{name}.toml"
     path.write_text(tomli_w.dumps(spec))
     run = tmp_path / name
-    assert cli("run", path, "--out", run, "--quiet") == 0
+    assert cli("run", path, "--out", run, "--quiet", "--no-figures") == 0
     return run
 
 
@@ -363,7 +364,7 @@ def test_amplification_pairs_records_in_every_pipeline_and_gives_no_thin_interva
 def test_every_counterfactual_pairs_its_headline_measures_with_the_source(tmp_path, name):
     run, cf = _run(tmp_path, name), tmp_path / "cf"
     assert cli("replay", run, "--mode", "counterfactual", *CHANGES[name], "--out", cf,
-               "--quiet") == 0
+               "--quiet", "--no-figures") == 0
     compare = table(cf, "compare_measures")
     proto = get_protocol(name)
     declared = {m if isinstance(m, str) else m.name for m in proto.unit.measures}

@@ -68,7 +68,8 @@ def test_every_verb_on_the_readme_protocol(example, tmp_path, capsys, monkeypatc
     code, out, _ = run_cli(capsys, "graph", spec)
     assert code == 0 and "draft --> critique" in out
 
-    code, _, err = run_cli(capsys, "run", spec, "--model", SYNTHETIC, "--out", run, "--quiet")
+    code, _, err = run_cli(capsys, "run", spec, "--model", SYNTHETIC, "--out", run, "--quiet",
+                           "--no-figures")
     assert code == 0, err
     cells = pd.read_sql_query("SELECT status, coords FROM cells", sqlite3.connect(run / "run.sqlite"))
     # clean + 3 singletons x 2 directions, 4 cases, 3 seeds
@@ -82,7 +83,7 @@ def test_every_verb_on_the_readme_protocol(example, tmp_path, capsys, monkeypatc
         assert older[f"{node}:pro_older"] == 1.0
         assert older[f"{node}:pro_younger"] == 0.0
 
-    code, out, err = run_cli(capsys, "report", run)
+    code, out, err = run_cli(capsys, "report", run, "--no-figures")
     assert code == 0, err
     assert "exposed_vs_clean.csv" in out
 
@@ -97,7 +98,8 @@ def test_every_verb_on_the_readme_protocol(example, tmp_path, capsys, monkeypatc
     terse = tmp_path / "critique_terse.toml"
     terse.write_text('slots = ["draft"]\nuser = "Review this draft in one sentence: $draft"\n')
     code, out, err = run_cli(capsys, "replay", run, "--mode", "counterfactual", "--node",
-                             "critique", "--prompt", terse, "--out", tmp_path / "cf", "--quiet")
+                             "critique", "--prompt", terse, "--out", tmp_path / "cf", "--quiet",
+                             "--no-figures")
     assert code == 0, err
     paid = pd.read_sql_query("SELECT node, cache_hit FROM calls",
                              sqlite3.connect(tmp_path / "cf" / "run.sqlite"))
@@ -113,13 +115,13 @@ def test_every_verb_on_the_readme_protocol(example, tmp_path, capsys, monkeypatc
 def test_report_names_a_missing_or_changed_protocol_file(example, tmp_path, capsys):
     run = tmp_path / "run"
     assert run_cli(capsys, "run", example / "review.toml", "--model", SYNTHETIC, "--out", run,
-                   "--quiet")[0] == 0
+                   "--quiet", "--no-figures")[0] == 0
     plugin = example / "review_chain.py"
     plugin.write_text(plugin.read_text() + "\n# edited after the run\n")
-    code, _, err = run_cli(capsys, "report", run)
+    code, _, err = run_cli(capsys, "report", run, "--no-figures")
     assert code == 0 and "changed since the run was made" in err
     plugin.unlink()
-    code, _, err = run_cli(capsys, "report", run)
+    code, _, err = run_cli(capsys, "report", run, "--no-figures")
     assert code == 2
     assert "review_chain.py" in err and "not found" in err and len(err.strip().splitlines()) == 1
 
@@ -129,7 +131,8 @@ def test_a_template_that_drops_a_required_slot_fails_at_load_time(example, tmp_p
         'slots = ["case"]\nuser = "Is this hiring case fair? $case"\n')
     spec = example / "review.toml"
     spec.write_text(spec.read_text() + '\n[nodes.critique]\nprompt = "review/critique@loose"\n')
-    code, _, err = run_cli(capsys, "run", spec, "--model", SYNTHETIC, "--out", tmp_path / "r")
+    code, _, err = run_cli(capsys, "run", spec, "--model", SYNTHETIC, "--out", tmp_path / "r",
+                           "--no-figures")
     assert code == 2
     assert "'critique'" in err and "'draft'" in err and "variant 'default'" in err
     assert not (tmp_path / "r" / "run.sqlite").exists()

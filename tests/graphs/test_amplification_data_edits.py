@@ -46,7 +46,7 @@ def test_an_edited_data_file_is_read_again_in_the_same_process(tmp_path):
     after = biaslab.run(spec, out=tmp_path / "after", quiet=True)
     fresh = subprocess.run(
         [sys.executable, "-c", "import sys; from biaslab.cli import main; sys.exit(main(sys.argv[1:]))",
-         "run", str(spec), "--out", str(tmp_path / "fresh"), "--quiet"],
+         "run", str(spec), "--out", str(tmp_path / "fresh"), "--quiet", "--no-figures"],
         capture_output=True, text=True, timeout=120)
     assert fresh.returncode == 0, fresh.stderr
 

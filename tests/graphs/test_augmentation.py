@@ -141,7 +141,8 @@ def test_cli_run_report_strict_replay_and_validator_counterfactual(tmp_path, mon
 
     cf = tmp_path / "cf"
     assert main(["replay", str(run), "--mode", "counterfactual", "--node", "validator_2",
-                 "--model", "scripted:augmentation-strict-validator", "--out", str(cf)]) == 0
+                 "--model", "scripted:augmentation-strict-validator", "--out", str(cf),
+                 "--no-figures"]) == 0
     source_calls = RunStore(run).calls()
     calls = RunStore(cf).calls()
     paid = calls[~calls["cache_hit"]]

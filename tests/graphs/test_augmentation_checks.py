@@ -74,7 +74,7 @@ def test_cli_rule_checks_reject_and_count_broken_generations(tmp_path):
     spec.write_text(SPEC)
     run = tmp_path / "run"
     assert main(["run", str(spec), "--out", str(run), "--quiet", "--no-report"]) == 0
-    assert main(["report", str(run)]) == 0
+    assert main(["report", str(run), "--no-figures"]) == 0
 
     scenes = [json.loads(x) for x in (run / "augmented.jsonl").read_text().splitlines()]
     assert len(scenes) == 6 * 3
@@ -149,7 +149,7 @@ def test_cli_placeholder_people_are_rejected_counted_and_never_exported(tmp_path
     spec.write_text(PLACEHOLDER_SPEC)
     run = tmp_path / "run"
     assert main(["run", str(spec), "--out", str(run), "--quiet", "--no-report"]) == 0
-    assert main(["report", str(run)]) == 0
+    assert main(["report", str(run), "--no-figures"]) == 0
 
     scenes = [json.loads(x) for x in (run / "augmented.jsonl").read_text().splitlines()]
     assert len(scenes) == 6 * 3

@@ -34,7 +34,7 @@ def _run(tmp_path, name: str, extra: str = ""):
     spec = tmp_path / f"{name}.toml"
     spec.write_text(SPEC + extra)
     out = tmp_path / name
-    assert main(["run", str(spec), "--out", str(out), "--quiet"]) == 0
+    assert main(["run", str(spec), "--out", str(out), "--quiet", "--no-figures"]) == 0
     return out, RunStore(out, readonly=True).calls()
 
 

@@ -91,7 +91,7 @@ def test_cli_swapping_transform_bias_score_follows_the_stereotyped_person(tmp_pa
     spec.write_text(SPEC)
     run = tmp_path / "run"
     assert main(["run", str(spec), "--out", str(run), "--quiet", "--no-report"]) == 0
-    assert main(["report", str(run)]) == 0
+    assert main(["report", str(run), "--no-figures"]) == 0
 
     scenes = [json.loads(x) for x in (run / "augmented.jsonl").read_text().splitlines()]
     targeted = [s for s in scenes if s["source_stereotyped"] is not None]
@@ -192,7 +192,7 @@ def test_cli_a_generator_claiming_the_wrong_stereotype_is_overruled(tmp_path):
     spec.write_text(MISFLAG_SPEC)
     run = tmp_path / "run"
     assert main(["run", str(spec), "--out", str(run), "--quiet", "--no-report"]) == 0
-    assert main(["report", str(run)]) == 0
+    assert main(["report", str(run), "--no-figures"]) == 0
     scenes = [json.loads(x) for x in (run / "augmented.jsonl").read_text().splitlines()]
     targeted = [s for s in scenes if s["source_stereotyped"] is not None]
     # records with no listed nationality besides their own two people keep their people

@@ -90,7 +90,7 @@ def _run(tmp: Path, agent: str, model: str) -> Path:
     spec.write_text(f'name = "forge"\nprotocol = "{PROTOCOL[agent]}"\n'
                     f'models = ["scripted:{model}"]\n' + SPECS[agent])
     out = tmp / model
-    assert main(["run", str(spec), "--out", str(out), "--quiet"]) == 0
+    assert main(["run", str(spec), "--out", str(out), "--quiet", "--no-figures"]) == 0
     return out
 
 

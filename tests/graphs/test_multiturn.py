@@ -337,7 +337,7 @@ n_resamples = 300
     rows += [f"no-such-cell,1,{a},yes" for a in ("h1", "h2")]  # a label this run cannot hold
     (out / "human_labels.csv").write_text("\n".join(rows) + "\n")
     capsys.readouterr()
-    assert main(["report", str(out)]) == 0
+    assert main(["report", str(out), "--no-figures"]) == 0
     warning = [line for line in capsys.readouterr().err.splitlines() if "human labels" in line]
     assert len(warning) == 1 and "2 of 38 human labels" in warning[0]
     assert "no-such-cell turn 1" in warning[0]
@@ -354,7 +354,7 @@ n_resamples = 300
     assert "0 model calls" in capsys.readouterr().out
     cf = tmp_path / "cf"
     assert main(["replay", str(out), "--mode", "counterfactual", "--node", "judge", "--model",
-                 "scripted:multiturn-never", "--out", str(cf), "--quiet"]) == 0
+                 "scripted:multiturn-never", "--out", str(cf), "--quiet", "--no-figures"]) == 0
     calls = RunStore(cf).calls()
     paid = calls[~calls["cache_hit"]]
     assert len(paid) > 0 and set(paid["node"]) == {"judge"}

@@ -55,7 +55,7 @@ def runs(tmp_path_factory):
                                "directions": ["stereotype"]})
     for name in ("clean", "arms"):
         assert main(["run", str(root / f"{name}.toml"), "--out", str(root / name),
-                     "--quiet"]) == 0
+                     "--quiet", "--no-figures"]) == 0
     return root / "clean", root / "arms"
 
 

@@ -57,7 +57,8 @@ def test_exposure_from_turn_k_keeps_the_earlier_turns_and_pays_only_from_k(tmp_p
     cf = tmp_path / "cf"
     capsys.readouterr()
     assert main(["replay", str(source), "--mode", "counterfactual", "--targets", "target",
-                 "--from-turn", "3", "--out", str(cf), "--no-cache", "--quiet"]) == 0
+                 "--from-turn", "3", "--out", str(cf), "--no-cache", "--quiet",
+                 "--no-figures"]) == 0
     paid_line = capsys.readouterr().out
     src = RunStore(source, readonly=True).calls()
     new = RunStore(cf, readonly=True).calls()
@@ -108,10 +109,11 @@ def test_exposure_from_turn_k_keeps_the_earlier_turns_and_pays_only_from_k(tmp_p
     capsys.readouterr()
     assert main(["replay", str(source), "--mode", "counterfactual", "--targets", "target",
                  "--from-turn", "3", "--out", str(cf), "--no-cache", "--quiet",
-                 "--resume"]) == 0
+                 "--resume", "--no-figures"]) == 0
     assert ": 0 model calls," in capsys.readouterr().out
     code = main(["replay", str(source), "--mode", "counterfactual", "--targets", "target",
-                 "--from-turn", "4", "--out", str(cf), "--no-cache", "--quiet", "--resume"])
+                 "--from-turn", "4", "--out", str(cf), "--no-cache", "--quiet", "--resume",
+                 "--no-figures"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
 
@@ -124,7 +126,7 @@ def test_a_new_target_model_from_turn_k(tmp_path, capsys):
     cf = tmp_path / "cf"
     assert main(["replay", str(source), "--mode", "counterfactual", "--node", "target",
                  "--model", "scripted:multiturn-never", "--from-turn", "3", "--out", str(cf),
-                 "--no-cache", "--quiet"]) == 0
+                 "--no-cache", "--quiet", "--no-figures"]) == 0
     calls = RunStore(cf, readonly=True).calls()
     target = calls[calls["node"] == "target"]
     model = target["model"].map(lambda m: m["model"])
@@ -162,7 +164,7 @@ def test_from_turn_is_refused_in_one_line_where_it_cannot_apply(tmp_path, capsys
     for run, args, says in cases:
         out = tmp_path / f"cf-{len(args)}-{args[-1]}"
         code = main(["replay", str(run), "--mode", "counterfactual", *args, "--out", str(out),
-                     "--quiet"])
+                     "--quiet", "--no-figures"])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and says in err, err
         assert not out.exists()

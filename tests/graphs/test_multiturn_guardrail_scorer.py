@@ -34,7 +34,7 @@ def test_a_classifier_of_your_own_scores_the_guardrail_and_the_tables_name_it(tm
     (tmp_path / "scorer.py").write_text(SCORER)
     run = tmp_path / "run"
     assert main(["run", str(_spec(tmp_path, guardrail_scorer="scorer.py:p_violation")),
-                 "--out", str(run), "--quiet"]) == 0
+                 "--out", str(run), "--quiet", "--no-figures"]) == 0
     calls = RunStore(run, readonly=True).calls()
     assert "guardrail" not in set(calls["node"])  # no LLM was asked for a risk
     ref = f"callable:{(tmp_path / 'scorer.py').resolve()}:p_violation"
@@ -60,7 +60,7 @@ def test_a_classifier_of_your_own_scores_the_guardrail_and_the_tables_name_it(tm
 
 def test_the_llm_guardrail_is_named_and_a_bad_scorer_is_one_line(tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["run", str(_spec(tmp_path)), "--out", str(run), "--quiet"]) == 0
+    assert main(["run", str(_spec(tmp_path)), "--out", str(run), "--quiet", "--no-figures"]) == 0
     assert set(pd.read_csv(run / "tables" / "guardrail.csv")["scored_by"]) == {
         "llm:scripted:multiturn-reemerge"}
     (tmp_path / "scorer.py").write_text(SCORER)
@@ -69,7 +69,7 @@ def test_the_llm_guardrail_is_named_and_a_bad_scorer_is_one_line(tmp_path, capsy
                       ("missing.py:f", "file not found"), ("no_colon", "module:function")):
         out = tmp_path / f"bad-{ref.replace(':', '-')}"
         code = main(["run", str(_spec(tmp_path, guardrail_scorer=ref)), "--out", str(out),
-                     "--quiet"])
+                     "--quiet", "--no-figures"])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and says in err, err
         assert not out.exists()

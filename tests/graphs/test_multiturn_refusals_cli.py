@@ -62,7 +62,7 @@ def run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("BIASLAB_CACHE", str(root / "cache.sqlite"))
         assert cli("run", root / "spec.toml", "--out", root / "run", "--quiet", "--no-report") == 0
-        assert cli("report", root / "run") == 0
+        assert cli("report", root / "run", "--no-figures") == 0
     return root / "run"
 
 

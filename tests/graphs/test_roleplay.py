@@ -82,7 +82,7 @@ def test_cli_run_report_strict_replay_and_judge_only_counterfactual(tmp_path, ca
     assert exposed.loc["why_judge_2", "biased_share"] > 0
 
     capsys.readouterr()
-    assert main(["report", str(run)]) == 0
+    assert main(["report", str(run), "--no-figures"]) == 0
     assert "Table 5" in capsys.readouterr().out
 
     assert main(["replay", str(run), "--mode", "strict", "--out", str(tmp_path / "strict"),
@@ -92,7 +92,8 @@ def test_cli_run_report_strict_replay_and_judge_only_counterfactual(tmp_path, ca
     monkeypatch.setenv("BIASLAB_CACHE", "off")  # only the source trace may answer
     cf = tmp_path / "cf"
     assert main(["replay", str(run), "--mode", "counterfactual", "--node", "why_judge_1",
-                 "--prompt", "roleplay/why_judge@strict", "--out", str(cf), "--quiet"]) == 0
+                 "--prompt", "roleplay/why_judge@strict", "--out", str(cf), "--quiet",
+                 "--no-figures"]) == 0
     paid = int(re.search(r"counterfactual run in .*: (\d+) model calls",
                          capsys.readouterr().out).group(1))
     calls = RunStore(cf, readonly=True).calls()
@@ -217,7 +218,8 @@ def test_generation_builds_a_loadable_bank_and_counts_what_it_drops(tmp_path):
             "options": {"attributes": ["age", "gender"], "roles_per_attribute": 4,
                         "questions_per_role": 3}}
     spec_path = _write(tmp_path, spec)
-    assert main(["run", str(spec_path), "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    assert main(["run", str(spec_path), "--out", str(tmp_path / "run"), "--quiet",
+                 "--no-figures"]) == 0
     stats = pd.read_csv(tmp_path / "run" / "tables" / "generation_stats.csv")
     clean = stats[stats["condition"] == "none"].set_index("item")
     # the scripted generator lists one near-duplicate role and one placeholder question per list

@@ -97,7 +97,8 @@ def test_an_effect_size_given_in_the_model_string_is_recovered_in_table5(tmp_pat
             "options": {"types": ["yes_no", "choice"], "per_stratum": 20, "chunk_size": 20,
                         "classify_bias_types": False}}
     run = tmp_path / "run"
-    assert main(["run", str(_write(tmp_path, spec)), "--out", str(run), "--quiet"]) == 0
+    assert main(["run", str(_write(tmp_path, spec)), "--out", str(run), "--quiet",
+                 "--no-figures"]) == 0
     table5 = pd.read_csv(run / "tables" / "table5.csv")
     overall = table5[table5["type"] == "overall"].set_index("model")
     n = 11 * 2 * 20  # attributes × types × per_stratum
@@ -143,7 +144,7 @@ def test_the_synthetic_generator_writes_a_more_leading_bank_under_a_stereotype(t
             "options": {"attributes": ["gender"], "roles_per_attribute": 3,
                         "questions_per_role": 5}}
     assert main(["run", str(_write(tmp_path, spec)), "--out", str(tmp_path / "run"),
-                 "--quiet"]) == 0
+                 "--quiet", "--no-figures"]) == 0
     root = tmp_path / "run" / "bank" / "scripted_roleplay-synthetic"
     banks = {arm: root / arm for arm in ("none", "question_generator_stereotype",
                                          "question_generator_fairness")}
@@ -164,7 +165,8 @@ def test_the_synthetic_generator_writes_a_more_leading_bank_under_a_stereotype(t
                   "options": {"bank_dir": str(banks[arm]), "attributes": ["gender"],
                               "conditions": ["role"], "classify_bias_types": False}}
         out = tmp_path / f"answered-{arm}"
-        assert main(["run", str(_write(tmp_path, answer)), "--out", str(out), "--quiet"]) == 0
+        assert main(["run", str(_write(tmp_path, answer)), "--out", str(out), "--quiet",
+                     "--no-figures"]) == 0
         counts = pd.read_csv(out / "tables" / "biased_counts.csv")
         rates[arm] = counts["biased"].sum() / counts["n"].sum()
     assert rates["question_generator_stereotype"] > rates["question_generator_fairness"]
@@ -192,7 +194,8 @@ def test_identical_answers_to_one_question_are_judged_separately(tmp_path):
             "options": {"bank_dir": str(bank), "attributes": ["gender"], "conditions": ["role"],
                         "classify_bias_types": False}}
     run = tmp_path / "run"
-    assert main(["run", str(_write(tmp_path, spec)), "--out", str(run), "--quiet"]) == 0
+    assert main(["run", str(_write(tmp_path, spec)), "--out", str(run), "--quiet",
+                 "--no-figures"]) == 0
     store = RunStore(run, readonly=True)
     try:
         calls = store.calls()
@@ -214,7 +217,8 @@ def test_the_question_generator_sees_its_types_own_example_patterns(tmp_path):
             "options": {"attributes": ["gender"], "roles_per_attribute": 2,
                         "questions_per_role": 3}}
     run = tmp_path / "run"
-    assert main(["run", str(_write(tmp_path, spec)), "--out", str(run), "--quiet"]) == 0
+    assert main(["run", str(_write(tmp_path, spec)), "--out", str(run), "--quiet",
+                 "--no-figures"]) == 0
     store = RunStore(run, readonly=True)
     try:
         calls = store.calls()

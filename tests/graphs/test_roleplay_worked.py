@@ -115,7 +115,7 @@ def _run(tmp_path: Path, seeds: list[int]) -> Path:
     path = tmp_path / "spec.toml"
     path.write_text(tomli_w.dumps(spec))
     run = tmp_path / "run"
-    assert main(["run", str(path), "--out", str(run), "--quiet"]) == 0
+    assert main(["run", str(path), "--out", str(run), "--quiet", "--no-figures"]) == 0
     return run / "tables"
 
 

@@ -114,7 +114,7 @@ def test_imported_run_reports_and_is_judged_per_group_without_the_app(traced, tm
     assert decisions == {"a1": ("female", "hire"), "a2": ("female", "reject"),
                          "a3": ("male", "hire"), "a4": ("male", "reject")}
 
-    code, out, err = cli(capsys, "report", run)
+    code, out, err = cli(capsys, "report", run, "--no-figures")
     assert code == 0, err
     assert (run / "tables" / "calls_by_node.csv").is_file()
     by_node = pd.read_csv(run / "tables" / "calls_by_node.csv")
@@ -151,7 +151,7 @@ def test_judge_sensitivity_and_per_group_tables_on_an_imported_run(traced, tmp_p
     code, _, err = cli(capsys, "import", "traces", traced["otlp"], "--out", run, "--group",
                        "gender", "--outcome", "decision")
     assert code == 0, err
-    code, out, err = cli(capsys, "report", run)
+    code, out, err = cli(capsys, "report", run, "--no-figures")
     assert code == 0 and "outcome_by_group.csv" in out, err
     by_group = pd.read_csv(run / "tables" / "outcome_by_group.csv")
     assert {(r.group, r.value): (r.units, r.share) for r in by_group.itertuples()} == {
@@ -380,7 +380,7 @@ def test_audit_on_traced_items_answers_the_clean_arm_from_the_trace(traced, tmp_
     path = tmp_path / "audit.toml"
     path.write_text(tomli_w.dumps(spec))
     run = tmp_path / "audit"
-    code, out, err = cli(capsys, "run", path, "--out", run, "--quiet")
+    code, out, err = cli(capsys, "run", path, "--out", run, "--quiet", "--no-figures")
     assert code == 0, err
     store = RunStore(run, readonly=True)
     try:
@@ -393,7 +393,7 @@ def test_audit_on_traced_items_answers_the_clean_arm_from_the_trace(traced, tmp_
     assert clean["raw"].tolist()[:2] == ["Strong: long experience and leadership.", "hire"]
     paid = exposed[~exposed["cache_hit"]]
     assert len(exposed) == 8 and set(paid["node"]) == {"reviewer"} and len(paid) == 4
-    code, out, err = cli(capsys, "report", run)
+    code, out, err = cli(capsys, "report", run, "--no-figures")
     assert code == 0, err
     check = pd.read_csv(run / "tables" / "trace_check.csv")
     assert check["matches"].all() and check["unit"].tolist() == ["a1", "a2", "a3", "a4"]
@@ -417,7 +417,7 @@ def test_trace_check_reports_an_item_whose_app_changed(traced, tmp_path, capsys)
     path = tmp_path / "audit.toml"
     path.write_text(tomli_w.dumps(spec))
     run = tmp_path / "audit"
-    code, out, err = cli(capsys, "run", path, "--out", run, "--quiet")
+    code, out, err = cli(capsys, "run", path, "--out", run, "--quiet", "--no-figures")
     assert code == 0, err
     check = pd.read_csv(run / "tables" / "trace_check.csv")
     assert not check["matches"].any() and set(check["differing_keys"]) == {"decision"}
@@ -434,7 +434,8 @@ def test_without_a_model_map_nothing_is_answered_from_the_trace(traced, tmp_path
                                         "other": "female applicants"}}}
     path = tmp_path / "audit.toml"
     path.write_text(tomli_w.dumps(spec))
-    code, out, err = cli(capsys, "run", path, "--out", tmp_path / "audit", "--quiet")
+    code, out, err = cli(capsys, "run", path, "--out", tmp_path / "audit", "--quiet",
+                         "--no-figures")
     assert code == 0, err
     store = RunStore(tmp_path / "audit", readonly=True)
     try:
@@ -493,5 +494,5 @@ def test_an_audit_takes_only_the_traces_its_filter_keeps(traced, tmp_path, capsy
                                         "other": "female applicants"}}}
     path = tmp_path / "audit.toml"
     path.write_text(tomli_w.dumps(spec))
-    code, _, err = cli(capsys, "run", path, "--out", tmp_path / "audit", "--quiet")
+    code, _, err = cli(capsys, "run", path, "--out", tmp_path / "audit", "--quiet", "--no-figures")
     assert one_line_error(code, err) and "no trace of 4 began" in err, err

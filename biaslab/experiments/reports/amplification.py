@@ -279,8 +279,10 @@ def plot_fbs_scatter(metrics: pd.DataFrame, out_dir: str | Path) -> list[Path]:
         Paths of the written ``figures/fbs_scatter_<dataset>_<pipeline>.png`` (200 dpi) and
         ``.svg``.
     """
-    from biaslab.experiments.reports.figure_files import save_figure
+    from biaslab.experiments.reports.figure_files import figures_wanted, save_figure
 
+    if not figures_wanted():  # --no-figures: nothing drawn
+        return []
     agg = aggregate_over_seeds(metrics) if "seed" in metrics.columns else metrics
     figures = Path(out_dir) / "figures"
     figures.mkdir(parents=True, exist_ok=True)

@@ -580,12 +580,13 @@ def write_bbq_templates(records: list[dict], folder: Path, category: str) -> Pat
 
 
 def write_report(store, run_dir: str | Path, options) -> list[Path]:
-    from biaslab.experiments.reports.figure_files import save_figure
+    from biaslab.experiments.reports.figure_files import figures_wanted, save_figure
 
     run_dir = Path(run_dir)
     tables, figures = run_dir / "tables", run_dir / "figures"
     tables.mkdir(parents=True, exist_ok=True)
-    figures.mkdir(parents=True, exist_ok=True)
+    if figures_wanted():
+        figures.mkdir(parents=True, exist_ok=True)
     finalized = list(_finalized(store))  # each output carries every scenario: decode it once
     written = [export_augmented(store, run_dir / "augmented.jsonl", finalized)]
     rows = rows_frame(store, finalized)
@@ -621,7 +622,7 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
         put("table3", table3(per_category))
         fig3 = figure3(clean, n)
         put("figure3", fig3.round(2))
-        if fig3["DR%"].notna().any():
+        if fig3["DR%"].notna().any() and figures_wanted():
             plot = figure3_plot(fig3.dropna(subset=["DR%"]))
             written += save_figure(plot, [(figures / f"figure3.{ext}", {"dpi": 200})
                                           for ext in ("png", "svg")], tight=False)
@@ -635,7 +636,7 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
             put("bbq_mc", mc.round(4))
         origins = clean.groupby("category")["data_origin"].agg(set).to_dict()
         long_fig = long.dropna(subset=["DR%"])
-        if not long_fig.empty:
+        if not long_fig.empty and figures_wanted():
             fig = dr_figure(long_fig, origins, per_category.dropna(subset=["DR%"]))
             written += save_figure(fig, [(figures / f"dr_by_condition.{ext}", {"dpi": 200})
                                          for ext in ("png", "svg")], tight=False)

@@ -7,11 +7,18 @@ SVG, and figures were a fifth of the test suite's CPU (issue 48, ``bench/suite_p
 Here the layout and the tight box are computed once per figure, at the first file's
 resolution as ``savefig`` would for that file alone, and every file is then drawn from them.
 What a reader sees does not change; each file stays the same from run to run.
+
+Figures can be turned off (``--no-figures``, :func:`figures_off`): a reader who wants the
+tables alone (an audit in CI, a test) gets them sooner, as figures are a large part of a
+report's time. Every report figure is saved here or asks :func:`figures_wanted` first, so the
+switch is honoured in one place; tables do not depend on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +27,27 @@ if TYPE_CHECKING:
 
 PAD_INCHES = 0.1
 """The margin around a tight box: matplotlib's default ``savefig.pad_inches``."""
+
+_FIGURES_ON: ContextVar[bool] = ContextVar("biaslab_figures_on", default=True)
+
+
+def figures_wanted() -> bool:
+    """Whether report figures are drawn here (False inside :func:`figures_off`). A plotting
+    function asks this before it builds a figure, so that a figure nobody saves costs
+    nothing."""
+    return _FIGURES_ON.get()
+
+
+@contextmanager
+def figures_off(off: bool = True) -> Iterator[None]:
+    """Within the block (when `off`), reports write their tables and ``report.html`` but no
+    figure: :func:`save_figure` writes nothing and the plotting functions return at once."""
+    token = _FIGURES_ON.set(False) if off else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _FIGURES_ON.reset(token)
 
 
 def save_figure(fig: "Figure", files: Sequence[tuple[Path, dict[str, Any]]], *,
@@ -31,8 +59,11 @@ def save_figure(fig: "Figure", files: Sequence[tuple[Path, dict[str, Any]]], *,
     held off while the files are drawn, as ``savefig`` holds it off for one file.
 
     Returns:
-        The paths written, in the order given.
+        The paths written, in the order given; none while figures are off
+        (:func:`figures_off`).
     """
+    if not figures_wanted():
+        return []
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     if not isinstance(fig.canvas, FigureCanvasAgg):

@@ -17,6 +17,8 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from biaslab.experiments.reports.figure_files import figures_wanted
+
 __all__ = ["finding_rows", "plot_findings", "write_findings_figures", "FINDINGS_PREFIX",
            "MAX_FINDING_FIGURES"]
 
@@ -85,7 +87,7 @@ def _row_label(row, several: dict[str, bool]) -> str:
 def plot_findings(rows: pd.DataFrame, figures: Path) -> list[Path]:
     """One forest plot per measure: each arm's difference as a dot and its 95% CI as a bar,
     0 (no effect) as a dashed line; a hollow dot has no interval (too few pairs)."""
-    if rows.empty:
+    if rows.empty or not figures_wanted():  # --no-figures: nothing drawn
         return []
     several = {c: rows[c].nunique() > 1 for c in ("variant", "model")}
     grouped = list(rows.groupby(_MEASURE, sort=True, dropna=False))
@@ -129,7 +131,10 @@ def plot_findings(rows: pd.DataFrame, figures: Path) -> list[Path]:
 
 def write_findings_figures(run_dir: str | Path) -> list[Path]:
     """Draw the findings' forest plots from the tables already written under ``tables/``;
-    old ones are removed first, so a figure never outlives its measure."""
+    old ones are removed first, so a figure never outlives its measure. With figures off
+    (``--no-figures``) nothing is drawn or removed, and ``report.html`` shows no figure."""
+    if not figures_wanted():
+        return []
     figures = Path(run_dir) / "figures"
     for old in figures.glob(f"{FINDINGS_PREFIX}*.png"):
         old.unlink()

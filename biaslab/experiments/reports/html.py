@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 
 import pandas as pd
 
+from biaslab.experiments.reports.figure_files import figures_wanted
 from biaslab.experiments.reports.findings import FINDINGS_PREFIX, finding_rows
 from biaslab.experiments.reports.generic import CACHE_USE_FILE
 from biaslab.graphs.report_sections import VIEWER_FILTERS, ReportSection
@@ -284,6 +285,12 @@ def _expand(run_dir: Path, patterns: Iterable[str]) -> list[Path]:
     return out
 
 
+def _expand_figures(run_dir: Path, patterns: Iterable[str]) -> list[Path]:
+    """The figures to show: none when this report drew none (``--no-figures``), so that a
+    figure left from an earlier report is never shown beside tables it may not match."""
+    return _expand(run_dir, patterns) if figures_wanted() else []
+
+
 def _dedupe_tables(paths: list[Path]) -> list[Path]:
     """A Markdown table with a CSV twin is the same table: keep the CSV."""
     names = {p.with_suffix("") for p in paths if p.suffix == ".csv"}
@@ -293,7 +300,7 @@ def _dedupe_tables(paths: list[Path]) -> list[Path]:
 
 def _section_html(run_dir: Path, section: ReportSection, claimed: set[Path]) -> str:
     tables = _dedupe_tables(_expand(run_dir, section.tables))
-    figures = _expand(run_dir, section.figures)
+    figures = _expand_figures(run_dir, section.figures)
     for path in tables + figures:
         claimed.update({path, path.with_suffix(".md"), path.with_suffix(".csv"),
                         path.with_suffix(".svg"), path.with_suffix(".png")})
@@ -444,7 +451,7 @@ def _findings_html(run_dir: Path, claimed: set[Path]) -> str:
             '<a href="tables/exposed_vs_clean.csv">tables/exposed_vs_clean.csv</a> and '
             '<a href="tables/mitigation_effects.csv">tables/mitigation_effects.csv</a></p>'
             if len(shown) > cap else "")
-    figures = _expand(run_dir, [f"figures/{FINDINGS_PREFIX}*.png"])
+    figures = _expand_figures(run_dir, [f"figures/{FINDINGS_PREFIX}*.png"])
     claimed.update(figures)
     plots = "".join(_figure_html(run_dir, p) for p in figures)
     return ('<section id="s-findings"><h2>Findings</h2>'
@@ -478,14 +485,16 @@ def write_html_report(store: RunStore, run_dir: str | Path,
     """
     run_dir = Path(run_dir)
     facts, spec = _run_facts(store, run_dir)
+    if not figures_wanted():
+        facts["figures"] = "not drawn (--no-figures)"
     claimed: set[Path] = set()
     findings = _findings_html(run_dir, claimed)
     body = [_section_html(run_dir, s, claimed) for s in sections]
     generic = [_section_html(run_dir, s, claimed) for s in _GENERIC]
     rest_tables = [p for p in _dedupe_tables(_expand(run_dir, ["tables/*.csv", "tables/*.md"]))
                    if p not in claimed]
-    rest_figures = [p for p in _expand(run_dir, ["figures/*.png"]) if p not in claimed]
-    rest_figures += [p for p in _expand(run_dir, ["figures/*.svg"])
+    rest_figures = [p for p in _expand_figures(run_dir, ["figures/*.png"]) if p not in claimed]
+    rest_figures += [p for p in _expand_figures(run_dir, ["figures/*.svg"])
                      if p not in claimed and not p.with_suffix(".png").is_file()]
     for path in rest_tables:
         agreement = "agreement" in path.stem or "kappa" in path.stem

@@ -18,6 +18,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from biaslab.evaluators.model_comparisons import MODEL_COMPARISON_COLUMNS, compare_models
+from biaslab.experiments.reports.figure_files import figures_wanted, save_figure
 from biaslab.experiments.reports.units import ALL_GROUPS, PAIR_KEYS, unit_frame, unit_of
 from biaslab.graphs.registry import Protocol
 from biaslab.graphs.units import ITEM_UNIT, AnalysisUnit
@@ -99,7 +100,7 @@ def plot_model_comparisons(table: pd.DataFrame, figures: Path) -> list[Path]:
     `MAX_FOREST_ROWS`, smallest Holm p first), the difference B − A as a dot and its CI as a
     bar, 0 (no difference) as a vertical line; filled dots survive Holm at α = 0.05."""
     shown = table[table["ci_low"].notna()].sort_values(["p_holm", "p"], kind="stable")
-    if shown.empty:
+    if shown.empty or not figures_wanted():  # --no-figures: nothing drawn
         return []
     cut = len(shown) > MAX_FOREST_ROWS
     shown = shown.head(MAX_FOREST_ROWS).iloc[::-1]
@@ -128,8 +129,6 @@ def plot_model_comparisons(table: pd.DataFrame, figures: Path) -> list[Path]:
                  fontsize=9)
     ax.legend(fontsize=7, loc="best")
     figures.mkdir(parents=True, exist_ok=True)
-    from biaslab.experiments.reports.figure_files import save_figure
-
     return save_figure(fig, [
         (figures / f"{MODEL_COMPARISONS_FILE}.png", {"dpi": 150, "metadata": None}),
         (figures / f"{MODEL_COMPARISONS_FILE}.svg", {"dpi": "figure",

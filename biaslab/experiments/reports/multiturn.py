@@ -42,6 +42,7 @@ from matplotlib.ticker import MaxNLocator
 from biaslab.evaluators import multiturn as mt
 from biaslab.evaluators import multiturn_missing as mm
 from biaslab.experiments.reports.markdown import to_markdown
+from biaslab.experiments.reports.figure_files import figures_wanted
 from biaslab.graphs.multiturn import parse_variant
 from biaslab.prompts.exposure import condition_id
 from biaslab.traces.embeddings import EmbeddingCache
@@ -517,6 +518,8 @@ def _save(fig: Figure, path_stem: Path) -> list[Path]:
 def plot_curves(per_turn: pd.DataFrame, path_stem: Path) -> list[Path]:
     """Clean arm, one panel per variant (at most 4 across): per model, the cumulative bias
     ratio (solid, with its 95% band) and the per-turn ratio (dashed)."""
+    if not figures_wanted():  # --no-figures: nothing drawn
+        return []
     clean = per_turn[per_turn["condition"] == "none"]
     variants = sorted(clean["variant"].unique())
     models = sorted(clean["model"].unique())
@@ -563,6 +566,8 @@ a third of the CPU of a later report went to drawing and encoding such images.""
 
 def plot_transitions(part: pd.DataFrame, title: str, path_stem: Path) -> list[Path]:
     """Dialogues (rows, most biased turns first) × turns, coloured by the judge's label."""
+    if not figures_wanted():  # --no-figures: nothing drawn
+        return []
     m = label_matrix(part)
     codes = np.where(np.isnan(m), 0, np.where(m == 1, 2, 1))
     order = np.lexsort([-(m == 1).sum(axis=1)])
@@ -584,6 +589,8 @@ def plot_transitions(part: pd.DataFrame, title: str, path_stem: Path) -> list[Pa
 
 
 def plot_guardrail(part: pd.DataFrame, title: str, path_stem: Path) -> list[Path]:
+    if not figures_wanted():  # --no-figures: nothing drawn
+        return []
     fig = Figure(figsize=(max(4, 0.6 * len(part) + 2), 3.5))
     ax = fig.subplots()
     bottom = np.zeros(len(part))
@@ -617,6 +624,8 @@ def _from_turn_note(run_dir: Path) -> str:
 
 
 def plot_exposure(effects: pd.DataFrame, path_stem: Path) -> list[Path]:
+    if not figures_wanted():  # --no-figures: nothing drawn
+        return []
     cum = effects[effects["measure"].str.startswith("cum@")]
     at = cum["measure"].str.removeprefix("cum@").astype(int)
     effects = cum[at == at.groupby([cum["variant"], cum["model"], cum["condition"]])
@@ -714,7 +723,8 @@ def _write_report(inputs: ReportInputs, run_dir: Path, options) -> list[Path]:
         return []
     tables, figures = run_dir / "tables", run_dir / "figures"
     tables.mkdir(parents=True, exist_ok=True)
-    figures.mkdir(parents=True, exist_ok=True)
+    if figures_wanted():
+        figures.mkdir(parents=True, exist_ok=True)
     n = options.n_resamples
     written: list[Path] = []
 

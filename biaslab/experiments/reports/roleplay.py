@@ -40,6 +40,7 @@ from matplotlib.figure import Figure
 from biaslab.evaluators import roleplay as rp
 from biaslab.evaluators.exposure_effects import paired_condition_effects
 from biaslab.experiments.reports.generic import with_condition
+from biaslab.experiments.reports.figure_files import figures_wanted
 from biaslab.experiments.reports.markdown import to_markdown
 from biaslab.prompts.registry import PromptRegistry
 
@@ -187,6 +188,8 @@ def bias_type_table(base: pd.DataFrame, types: pd.DataFrame, min_models: int) ->
 
 # -- writing ---------------------------------------------------------------------------------
 def _save(fig: Figure, out: Path, name: str) -> list[Path]:
+    if not figures_wanted():  # --no-figures: nothing drawn
+        return []
     FigureCanvasAgg(fig)
     fig.tight_layout()
     paths = []
@@ -198,6 +201,8 @@ def _save(fig: Figure, out: Path, name: str) -> list[Path]:
 
 
 def plot_overlap(overlap: pd.DataFrame, out: Path) -> list[Path]:
+    if not figures_wanted():  # --no-figures: nothing drawn
+        return []
     fig = Figure(figsize=(4.5, 3.2))
     ax = fig.add_subplot()
     if overlap.empty or overlap["questions"].sum() == 0:
@@ -215,6 +220,8 @@ def plot_overlap(overlap: pd.DataFrame, out: Path) -> list[Path]:
 
 def plot_per_attribute(counts: pd.DataFrame, out: Path) -> list[Path]:
     """Biased rate per attribute and model (grouped bars) with Wilson 95% CIs."""
+    if not figures_wanted():  # --no-figures: nothing drawn
+        return []
     fig = Figure(figsize=(7.5, 3.6))
     ax = fig.add_subplot()
     if counts.empty:
@@ -245,6 +252,8 @@ def plot_per_attribute(counts: pd.DataFrame, out: Path) -> list[Path]:
 
 def plot_bias_types(table: pd.DataFrame, out: Path, min_models: int = 1) -> list[Path]:
     """Questions biased in at least `min_models` models, per role attribute × bias type."""
+    if not figures_wanted():  # --no-figures: nothing drawn
+        return []
     fig = Figure(figsize=(7.5, 4.2))
     ax = fig.add_subplot()
     if table.empty or not np.nansum(table.to_numpy(dtype=float)):
@@ -272,6 +281,8 @@ def plot_bias_types(table: pd.DataFrame, out: Path, min_models: int = 1) -> list
 def plot_exposure(effects: pd.DataFrame, out: Path) -> list[Path]:
     """Paired exposed − clean differences with 95% CIs, one row per arm; coloured by
     direction."""
+    if not figures_wanted():  # --no-figures: nothing drawn
+        return []
     rows = effects.dropna(subset=["diff"]).reset_index(drop=True)
     rows = rows.assign(ci_low=rows["ci_low"].fillna(rows["diff"]),
                        ci_high=rows["ci_high"].fillna(rows["diff"]))
@@ -300,7 +311,8 @@ def write_report(store, run_dir: str | Path, options) -> list[Path]:
     run_dir = Path(run_dir)
     tables, figures = run_dir / "tables", run_dir / "figures"
     tables.mkdir(parents=True, exist_ok=True)
-    figures.mkdir(parents=True, exist_ok=True)
+    if figures_wanted():
+        figures.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
     def put(frame: pd.DataFrame, name: str, markdown: bool = False, index: bool = False) -> None:
