@@ -28,8 +28,8 @@ __all__ = ["run"]
 def run(spec: "str | Path | ExperimentSpec | dict[str, Any]", *, out: str | Path | None = None,
         scale: str | None = None, model: str | None = None, all_nodes: bool = False,
         resume: bool = False, concurrency: int | None = None, lanes: int | None = None,
-        no_cache: bool = False, no_report: bool = False, quiet: bool = False,
-        workers: int | None = None, shard: str | None = None,
+        no_cache: bool = False, no_report: bool = False, no_figures: bool = False,
+        quiet: bool = False, workers: int | None = None, shard: str | None = None,
         executor: Literal["local", "ray"] = "local", ray_address: str | None = None) -> Run:
     """Run an experiment, as ``biaslab run`` does, and return it as a `Run`.
 
@@ -46,6 +46,8 @@ def run(spec: "str | Path | ExperimentSpec | dict[str, Any]", *, out: str | Path
         lanes: cells per LangGraph invocation.
         no_cache: do not use the cross-run response cache.
         no_report: skip tables and figures (`Run.report` writes them later).
+        no_figures: write the tables and ``report.html`` but no figure (the same tables
+            sooner; ``--no-figures``).
         quiet: no progress bar.
         workers, shard, executor, ray_address: scale-out, as the CLI's options of those names.
 
@@ -55,6 +57,8 @@ def run(spec: "str | Path | ExperimentSpec | dict[str, Any]", *, out: str | Path
     """
     if concurrency is not None and concurrency < 1:
         raise UserError(f"concurrency must be at least 1, got {concurrency}")
+    if no_figures and no_report:
+        raise UserError("no_figures goes with a report; no_report writes none")
     if lanes is not None and not 1 <= lanes <= 64:
         raise UserError(f"lanes must be between 1 and 64, got {lanes}")
     if workers is not None and workers < 1:
@@ -88,7 +92,7 @@ def run(spec: "str | Path | ExperimentSpec | dict[str, Any]", *, out: str | Path
     if result.interrupted:
         raise interrupted(run_dir, result, f"biaslab.run({str(run_dir)!r}, resume=True)")
     if not no_report and not shard:
-        call_off_loop(lambda: _write_reports(plan, run_dir))
+        call_off_loop(lambda: _write_reports(plan, run_dir, figures=not no_figures))
     return opened(run_dir, result)
 
 
@@ -195,13 +199,13 @@ def _execute(runner: Cancellable, plan: "Plan", run_dir: Path, *, resume: bool, 
                                use_shared_cache=use_shared_cache, progress=progress))
 
 
-def _write_reports(plan: "Plan", run_dir: Path) -> list[Path]:
+def _write_reports(plan: "Plan", run_dir: Path, *, figures: bool = True) -> list[Path]:
     from biaslab.experiments.reports import write_reports
     from biaslab.traces.store import RunStore
 
     store = RunStore(run_dir, readonly=True)
     try:
-        return write_reports(plan, store, run_dir)
+        return write_reports(plan, store, run_dir, figures=figures)
     finally:
         store.close()
 

@@ -9,6 +9,7 @@ import pytest
 
 import biaslab
 from biaslab.cli import main
+from biaslab.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = str(REPO / "experiments/examples/review.toml")
@@ -67,7 +68,11 @@ def test_report_and_rescore_into_a_directory_without_figures(tmp_path):
     assert main(["report", str(run), "--no-figures"]) == 0
     assert _tables(run) == tables and _figure_files(run) == []
     assert (run / "report.html").is_file()
-    # the Python API's Run.report takes the same option
+    # the Python API's run and Run.report take the same option
+    api = biaslab.run(SPEC, model=MODEL, out=tmp_path / "api", quiet=True, no_figures=True)
+    assert _tables(api.path) == tables and _figure_files(api.path) == []
+    with pytest.raises(UserError, match="no_figures goes with a report"):
+        biaslab.run(SPEC, model=MODEL, out=tmp_path / "none", no_report=True, no_figures=True)
     written = biaslab.open_run(run).report(figures=False)
     assert run / "report.html" in written and _tables(run) == tables
     assert _figure_files(run) == [] and not any(p.suffix in (".png", ".svg") for p in written)
