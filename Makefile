@@ -13,10 +13,10 @@ LOCK = constraints.txt
 
 # uv installs the same locked versions as pip, in a quarter of the time (~15 s instead of ~60 s
 # on 2 cores): it is the first thing `make demo` and `make test` wait for. Unlike pip, uv
-# writes no bytecode unless asked: where PYTHONDONTWRITEBYTECODE is set (as on CI machines),
-# every process then compiled each library module it imported from source, every time. scripts/biaslab (the
-# `biaslab` command's launcher) is copied into .venv/bin even by the editable install, so a
-# change to it installs again.
+# writes no bytecode unless asked; where PYTHONDONTWRITEBYTECODE is set (as on CI machines),
+# every process then compiled each library module it imported from source, every time.
+# scripts/biaslab (the `biaslab` command's launcher) is copied into .venv/bin even by the
+# editable install, so a change to it installs again.
 $(VENV)/.installed: pyproject.toml Makefile $(LOCK) scripts/biaslab
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c $(LOCK) uv
