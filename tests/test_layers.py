@@ -9,7 +9,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "biaslab"
 # Lower number = lower layer. A module may import its own layer and the layers below it.
-LAYERS = {"errors": 0, "traces": 1, "prompts": 1, "datasets": 1, "agents": 2,
+LAYERS = {"errors": 0, "lazy_exports": 0, "traces": 1, "prompts": 1, "datasets": 1, "agents": 2,
           "evaluators": 3, "graphs": 4, "experiments": 5, "viewer": 6, "cli": 7,
           "__main__": 8, "__init__": 7, "api": 7, "console": 8}
 

@@ -1,12 +1,12 @@
 """Judges, oracles, metric reducers and statistics. Metrics are plain functions over arrays or
 frames with keyword-only ``sensitive_features``; statistics take an explicit ``random_state``."""
 
-import importlib
+from biaslab.lazy_exports import lazy_exports
 
 # Resolved on first use (PEP 562): importing a protocol's own evaluator module (e.g.
 # biaslab.evaluators.augmentation) must not pull in fairlearn, scikit-learn, scipy and
 # statsmodels, which every `biaslab` command would otherwise pay for at start-up (~0.6 s).
-_HOME = {
+__getattr__, __dir__ = lazy_exports(__name__, {
     "fairness": ("accuracy", "demographic_parity_difference", "equalized_odds_difference",
                  "predicted_failure_rate_by_group", "roc_auc"),
     "judges": ("EnsembleVerdict", "Verdict", "judge", "judge_ensemble", "judge_node",
@@ -14,21 +14,7 @@ _HOME = {
     "stats": ("BootstrapResult", "bootstrap", "cohens_kappa", "fleiss_kappa", "gwet_ac1",
               "paired_bootstrap", "two_proportion_ztest"),
     "votes": ("VoteResult", "majority_vote"),
-}
-_MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
-
-
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted({*globals(), *_MODULE_OF})
+})
 
 __all__ = ["BootstrapResult", "EnsembleVerdict", "Verdict", "VoteResult", "accuracy",
            "bootstrap", "cohens_kappa", "demographic_parity_difference",
