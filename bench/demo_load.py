@@ -11,6 +11,8 @@ processes, and prints wall time, model calls and retries for each.
     python bench/demo_load.py --tree /tmp/base      # another checkout (e.g. 7ffdeef) with this venv
     python bench/demo_load.py --tree /tmp/base --tree . --limit 600 --write
         # before and after in one run (each idle, then loaded), into bench/results.md
+    python bench/demo_load.py --spec experiments/augmentation.toml
+        # another of the demo's jobs (its ratio, not the section --write replaces)
 
 A run that passes ``--limit`` is stopped and reported with the last progress line it printed
 (cells done, calls, retries), so a collapsing configuration does not hold the bench for hours.
@@ -47,13 +49,14 @@ def _load() -> str:
 
 
 def run_job(tree: Path, limit_s: float, extra_env: dict[str, str] | None = None,
-            extra_args: tuple[str, ...] = ()) -> dict:
-    """One smoke run of the amplification job in a fresh process; wall, calls, retries."""
+            extra_args: tuple[str, ...] = (), spec: str = SPEC) -> dict:
+    """One smoke run of `spec` (default: the amplification job) in a fresh process; wall,
+    calls, retries."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BIASLAB_LOCAL_")}
     env.update(PYTHONPATH=str(tree), BIASLAB_CACHE="off", PYTHONUNBUFFERED="1",
                **(extra_env or {}))
     with tempfile.TemporaryDirectory(prefix="demo-load-") as out:
-        cmd = [sys.executable, "-m", "biaslab.cli", "run", str(tree / SPEC), "--scale", "smoke",
+        cmd = [sys.executable, "-m", "biaslab.cli", "run", str(tree / spec), "--scale", "smoke",
                "--out", str(Path(out) / "run"), *extra_args]
         start = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE,
@@ -110,11 +113,15 @@ def main(argv=None) -> int:
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="set for the job, e.g. BIASLAB_LOCAL_INSTANCES=4 (repeatable)")
     ap.add_argument("--concurrency", type=int, help="the job's calls in flight (default: spec's)")
+    ap.add_argument("--spec", default=SPEC,
+                    help=f"the demo job to run, relative to the tree (default: {SPEC})")
     ap.add_argument("--write", action="store_true",
                     help=f"replace the section '{HEADING[3:]}' in bench/results.md")
     args = ap.parse_args(argv)
     if any("=" not in pair for pair in args.env):
         ap.error("--env takes KEY=VALUE")
+    if args.write and args.spec != SPEC:
+        ap.error("--write records the amplification job only")
     extra_env = dict(pair.split("=", 1) for pair in args.env)
     extra_args = ("--concurrency", str(args.concurrency)) if args.concurrency else ()
     lines = [f"machine: {describe(('xllamacpp',))}", f"load average before {_load()}"]
@@ -122,6 +129,8 @@ def main(argv=None) -> int:
     trees = [t.resolve() for t in (args.tree or [HERE.parent])]
     for i, tree in enumerate(trees):
         label = args.label[i] if i < len(args.label) else tree.name
+        if args.spec != SPEC:
+            label += f" {Path(args.spec).stem}"
         if extra_env or extra_args:
             label += " " + " ".join([*args.env, *extra_args])
         lines += _conditions(tree, label, args, extra_env, extra_args)
@@ -137,7 +146,7 @@ def _conditions(tree: Path, label: str, args, extra_env, extra_args) -> list[str
             continue
 
         def job():
-            return run_job(tree, args.limit, extra_env, extra_args)
+            return run_job(tree, args.limit, extra_env, extra_args, args.spec)
 
         r = job() if cond == "idle" else loaded(job)
         what = "alone" if cond == "idle" else f"beside {SPINNERS} CPU-bound"

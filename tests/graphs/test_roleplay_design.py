@@ -70,11 +70,11 @@ def test_paper_scale_estimates_the_papers_design(capsys):
     arms = {c.condition.id
             for c in make_plan(load_spec(SPEC, scale="exposures"), check_keys=False).cells()}
     assert arms == {"none", "target:stereotype", "target:fairness"}
-    # the smoke scale (make demo) keeps its size: 3 attributes × 3 types × 1 question, clean and
-    # one stereotype arm, 3 answers, 3 judges per Why answer, one classifier call per question
+    # the smoke scale (make demo): 2 attributes × 3 types × 1 question, clean and one stereotype
+    # arm, 3 answers, 3 judges per Why answer, one classifier call per question
     smoke = _estimate(capsys, "smoke")
-    per_arm = 9 * 3 + 3 * 3 * 3
-    assert smoke["calls_estimate"] == 2 * 2 * per_arm + 9 == 225
+    per_arm = 6 * 3 + 2 * 3 * 3
+    assert smoke["calls_estimate"] == 2 * 2 * per_arm + 6 == 150
 
 
 def _write(tmp_path: Path, spec: dict) -> Path:
