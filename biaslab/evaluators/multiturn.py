@@ -373,8 +373,7 @@ def _backend_functions() -> tuple:
 def _owned(backend: tuple) -> None:
     """Empty the process's vectors unless they came from `backend` (held by _process_lock)."""
     global _process_backend
-    if len(backend) != len(_process_backend) or any(
-            a is not b for a, b in zip(backend, _process_backend)):
+    if backend != _process_backend:  # (functions compare by identity)
         _process_vectors.clear()
         _process_backend = backend
 
