@@ -5,15 +5,15 @@ figure (after a warm-up run of the same grid), measured in one run of this scrip
 
 Two fresh figures, each the median of 5 new processes:
 
-- cold: no fitted models on disk (BIASLAB_CACHE=off, or the first run on a machine): every
+- cold: no fitted results on disk (BIASLAB_CACHE=off, or the first run on a machine): every
   process fits the 16 models (one per data split) itself;
-- fits on disk: the models (and their probabilities on the test rows) that an earlier process
-  left in the fits directory beside the shared cache (biaslab.datasets.fit_cache).
+- fits on disk: the models' probabilities on the test rows that an earlier process left in
+  the fits directory beside the shared cache (biaslab.datasets.fit_cache); no model is fitted.
 
 Each fresh figure includes every first-time cost of the run (data split, the ML predictor's
-fit or load per split, prompt views, graph compilation, and the imports the run itself makes,
-scikit-learn's model classes included), but not interpreter start-up and the imports done
-before the run starts. The breakdown splits it into the fits (thread CPU of each fit) and the
+fit per split or its probabilities read from disk, prompt views, graph compilation, and the
+imports the run itself makes, scikit-learn's model classes included), but not interpreter
+start-up and the imports done before the run starts. The breakdown splits it into the fits (thread CPU of each fit) and the
 rest. The grid is bench/scale.py's E2 grid: 16 seeds (16 splits), 240 cells, 1,180 call records.
 CPU times are process_time; the 2 cores may be shared, so the load average is printed too.
 """

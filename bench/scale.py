@@ -147,7 +147,7 @@ def m_cpu(kind: str, n: int, lanes: int = 0) -> dict:
 def m_cpu_fresh(kind: str, n: int, fits: str = "") -> dict:
     """CPU per call record of the first run in a new process, as ``biaslab run`` pays it: the
     data split, the model fits and every other first-time cost included (imports excluded).
-    `fits`: a directory for fitted models on disk (biaslab.datasets.fit_cache), else none.
+    `fits`: a directory for fitted results on disk (biaslab.datasets.fit_cache), else none.
     Also counts the fits the run made and their CPU (thread time of the fitting threads)."""
     plan = _flat_plan(n) if kind == "flat" else _e2_plan()
     if fits:

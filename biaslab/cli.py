@@ -920,7 +920,7 @@ def _main(argv: list[str] | None) -> int:
         if getattr(args, "workers", None) is not None and args.workers < 1:
             raise UserError(f"--workers must be at least 1, got {args.workers}")
         _refuse_meaningless(args)
-        with _figures_setting(args):
+        with _figures_setting(args), _fits_setting(args):
             code = args.func(args)
         sys.stdout.flush()  # a reader that went away shows here, not at interpreter exit
         return code
@@ -952,6 +952,22 @@ def _figures_setting(args):
     from biaslab.experiments.reports.figure_files import figures_off
 
     return figures_off()
+
+
+@contextlib.contextmanager
+def _fits_setting(args):
+    """``--no-cache``: nothing this command does (its run and the report after it) reads or
+    writes fitted results on disk (see biaslab.datasets.fit_cache)."""
+    if not getattr(args, "no_cache", False):
+        yield
+        return
+    from biaslab.datasets import fit_cache
+
+    token = fit_cache.no_fits_on_disk()
+    try:
+        yield
+    finally:
+        fit_cache.restore(token)
 
 
 _POSITIONALS = {"spec": "SPEC", "run_dir": "RUN_DIR", "run_dirs": "RUN_DIR", "protocol":

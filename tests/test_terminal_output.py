@@ -53,7 +53,7 @@ def test_a_wide_headline_is_stacked_not_cut(tmp_path):
                            "--quiet", "--no-report"], capture_output=True, text=True,
                           timeout=300, env={**os.environ, "BIASLAB_CACHE": "off"})
     assert proc.returncode == 0, proc.stderr
-    text = _on_a_terminal(["report", str(run)], cwd=tmp_path)
+    text = _on_a_terminal(["report", str(run), "--no-figures"], cwd=tmp_path)
     headline = text[text.index("multiturn: cumulative bias"):]
     lines = [line for line in headline.splitlines() if line.strip()]
     assert "…" not in headline
@@ -68,7 +68,8 @@ def test_a_wide_headline_is_stacked_not_cut(tmp_path):
     assert "every row:" in headline
     assert len(lines) <= 4 + 3 * len(rows), headline
     # and a file or pipe still gets the table, one row per line
-    piped = subprocess.run([sys.executable, "-m", "biaslab.cli", "report", str(run)],
+    piped = subprocess.run([sys.executable, "-m", "biaslab.cli", "report", str(run),
+                            "--no-figures"],
                            capture_output=True, text=True, timeout=300).stdout
     assert re.search(r"│ static-anaphora_ellipsis\s+│ scripted:multiturn-late\s+│ target:stereotype",
                      piped)

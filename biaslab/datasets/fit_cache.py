@@ -1,10 +1,17 @@
-"""Fitted models (and their predictions) kept on disk beside the shared response cache, so a
-new process skips the fits.
+"""What a model fit computes, kept on disk beside the shared response cache, so a new process
+neither fits nor predicts again.
 
-A fitted predictor is a pure function of what it was fitted on and how: the training rows, the
-model's parameters, and the versions of the libraries that fit and load it. An entry's key is a
-hash of all of them, so an entry is never used for other data or another model: a changed data
-file, split or parameter makes a new entry, it does not reuse an old one.
+A fit's result (the amplification protocol's ML probabilities on a split's test rows) is a
+pure function of what the model was fitted on and how: the training rows, the model's
+parameters, the rows it predicts and the versions of the libraries that fit it. An entry's
+key is a hash of all of them, so an entry is never used for other data or another model: a
+changed data file, split or parameter makes a new entry, it does not reuse an old one.
+
+Why results and not the fitted model: a later process (a `biaslab report`, a ``--workers``
+process, a resumed run) needs the predictions, never the model itself, and a scikit-learn model
+can only be read back safely through a format such as skops, whose import and type checks cost
+a new process about 2 s of CPU, ten times the fit (~0.2 s per split). The model is fitted in
+memory, once per process, only when a result is missing.
 
 Where: a ``fits/`` directory next to the shared response cache's file (``$BIASLAB_CACHE``, by
 default ``~/.cache/biaslab/fits/``). ``BIASLAB_CACHE=off`` and ``--no-cache`` turn it off:
@@ -15,17 +22,15 @@ It can never spoil a run, only slow it down:
 
 - an entry is written to a temporary file and renamed into place, so a reader (another process
   included) sees a whole entry or none;
-- an entry that cannot be read back (truncated, damaged, not ours) is fitted again with one
-  warning naming it, and replaced;
+- an entry that cannot be read back (truncated, damaged, not ours) or holds something other
+  than what its caller checks for is fitted again with one warning naming it, and replaced;
 - a directory that cannot be written keeps fits in memory only, with one warning per process.
 
 An entry cannot carry code, whoever wrote it (the directory is shared by design): entries are
-``skops.io`` files, not pickles. Before one is loaded, every type it names is checked against
-`WRITTEN_TYPES`, the scikit-learn, numpy and builtin types biaslab itself writes, and skops
-loads it with its own trusted-types check on top; an entry naming anything else is refused
-(fitted again with one warning), never constructed. Callers check what they load (`check`):
-the student model's trees, for instance, are checked to index only nodes and features they
-have, since a crafted tree could otherwise read out of bounds when it predicts.
+JSON data (numbers, strings, lists), read with :func:`json.loads`, which constructs no object
+of any other type; a pickle or any other file in an entry's place is simply unreadable JSON.
+Callers check the values they load (`check`): the student model's probabilities, for
+instance, must be as many floats in [0, 1] as the split has test rows.
 """
 
 from __future__ import annotations
@@ -33,50 +38,24 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import json
-import io
 import os
 import sys
 import tempfile
 import threading
-import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 from biaslab.traces.cache import shared_cache_path
 
-__all__ = ["FORMAT", "WRITTEN_TYPES", "SUFFIX", "cached_fit", "entry_path", "fits_directory",
-           "fits_in", "keep_fits_in", "no_fits_on_disk", "restore", "warn_line"]
+__all__ = ["FORMAT", "SUFFIX", "cached_fit", "entry_path", "fits_directory", "fits_in",
+           "keep_fits_in", "no_fits_on_disk", "restore", "warn_line"]
 
 T = TypeVar("T")
-FORMAT = 2
+FORMAT = 3
 """Bumped when the entry layout changes: older entries then miss instead of being misread.
-(1: pickles; 2: skops.io files.)"""
-SUFFIX = ".skops"
-
-WRITTEN_TYPES: frozenset[str] = frozenset({
-    # containers and scalars
-    "builtins.dict", "builtins.list", "builtins.tuple", "builtins.str", "builtins.int",
-    "builtins.float", "builtins.bool", "builtins.NoneType", "builtins.slice",
-    # numpy data
-    "numpy.ndarray", "numpy.random.mtrand.RandomState",
-    # the student model: scaling + one-hot + gradient boosting (datasets/student.py)
-    "sklearn.pipeline.Pipeline", "sklearn.compose._column_transformer.ColumnTransformer",
-    "sklearn.preprocessing._data.StandardScaler",
-    "sklearn.preprocessing._encoders.OneHotEncoder",
-    "sklearn.ensemble._gb.GradientBoostingClassifier", "sklearn.dummy.DummyClassifier",
-    "sklearn.tree._classes.DecisionTreeRegressor", "sklearn.tree._tree.Tree",
-    "sklearn._loss._loss.CyHalfBinomialLoss", "sklearn._loss.loss.HalfBinomialLoss",
-    "sklearn._loss.link.LogitLink", "sklearn._loss.link.Interval",
-})
-"""Every type an entry may name: what biaslab's own fits are made of. numpy scalar types
-(``numpy.float64``, ``numpy.int64``...) are allowed too, as array and value dtypes: data, not
-code. Anything else, and the entry is refused before it is loaded."""
-
-# Beyond skops's default-trusted types, the only one our fits need: the trees' node storage.
-# (skops leaves it out of its defaults because a crafted one can index out of bounds when it
-# predicts; callers check the trees they load: see datasets/student.py.)
-_SKOPS_TRUSTED = ["sklearn.tree._tree.Tree"]
+(1: pickles; 2: skops.io files of the model and its probabilities; 3: JSON results only.)"""
+SUFFIX = ".json"
 
 _UNSET = object()
 # A caller's choice for the code it runs (a run with --no-cache, a benchmark): a Path, None
@@ -105,7 +84,7 @@ def _warn(message: str, once_for: str | None = None) -> None:
 
 
 def fits_directory() -> Path | None:
-    """Where fitted models are kept: the caller's choice, else ``fits/`` next to the shared
+    """Where fitted results are kept: the caller's choice, else ``fits/`` next to the shared
     response cache's file; None when off."""
     chosen = _CHOSEN.get()
     if chosen is not _UNSET:
@@ -154,22 +133,27 @@ def entry_path(directory: Path, kind: str, inputs: dict) -> Path:
 
 
 def cached_fit(kind: str, inputs: dict, fit: Callable[[], T],
-               check: Callable[[Any], bool] = lambda value: True) -> T:
+               check: Callable[[Any], bool] = lambda value: True,
+               decode: Callable[[Any], Any] = lambda value: value) -> T:
     """``fit()``, or the result of an earlier process's ``fit()`` on the same `inputs`.
 
     Args:
-        kind: a short name for the model (part of the file name).
-        inputs: everything the fit depends on, as JSON-able values (training data hash, model
-            parameters, library versions). Two fits with equal inputs must give equal models.
-        fit: makes the model when no readable entry exists.
-        check: whether a loaded value is the kind of object `fit` returns.
+        kind: a short name for the result (part of the file name).
+        inputs: everything the result depends on, as JSON-able values (training data hash,
+            model parameters, library versions). Two fits with equal inputs must give equal
+            results.
+        fit: computes the result when no readable entry exists: JSON data (a result that is
+            not is returned but kept in memory only, with one warning).
+        check: whether a loaded, decoded value is the kind of value `fit` returns.
+        decode: turns the JSON read back into that kind (``tuple`` for a tuple, say: JSON has
+            lists only).
     """
     directory = fits_directory()
     if directory is None:
         return fit()
     key = _key(kind, inputs)
     path = directory / f"{kind}-{key[:40]}{SUFFIX}"
-    loaded = _load(path, key, check)
+    loaded = _load(path, key, check, decode)
     if loaded is not _UNSET:
         return loaded
     value = fit()
@@ -177,88 +161,39 @@ def cached_fit(kind: str, inputs: dict, fit: Callable[[], T],
     return value
 
 
-class _Refused(Exception):
-    """An entry that names a type biaslab does not write."""
-
-
-def _named_types(data: bytes) -> set[str]:
-    """Every type an entry's schema names (each node's class, and the content of the nodes
-    that name a type or function), read as JSON: nothing in the entry is constructed."""
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        schema = json.loads(archive.read("schema.json"))
-    named: set[str] = set()
-    stack = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            if "__loader__" in node or "__class__" in node:
-                named.add(f"{node.get('__module__')}.{node.get('__class__')}")
-            if node.get("__loader__") in {"FunctionNode", "MethodNode", "OperatorFuncNode"}:
-                named.add(f"function:{json.dumps(node.get('content'), sort_keys=True)}")
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return named
-
-
-def _foreign(named: set[str]) -> list[str]:
-    return sorted(name for name in named if name not in WRITTEN_TYPES
-                  and not _is_numpy_scalar(name))
-
-
-def _is_numpy_scalar(name: str) -> bool:
-    import numpy as np
-
-    module, _, attr = name.rpartition(".")
-    kind = getattr(np, attr, None) if module == "numpy" else None
-    return isinstance(kind, type) and issubclass(kind, np.generic)
-
-
-def _load(path: Path, key: str, check: Callable[[Any], bool]) -> Any:
-    import skops.io as sio
-
+def _load(path: Path, key: str, check: Callable[[Any], bool],
+          decode: Callable[[Any], Any]) -> Any:
     try:
-        data = path.read_bytes()
-        foreign = _foreign(_named_types(data))
-        if foreign:
-            raise _Refused(", ".join(foreign))
-        payload = sio.loads(data, trusted=_SKOPS_TRUSTED)
+        payload = json.loads(path.read_bytes())
     except (FileNotFoundError, NotADirectoryError):  # no entry yet (or no directory)
         return _UNSET
-    except _Refused as exc:
-        _warn(f"the fitted model {path} names types biaslab does not write ({str(exc)[:120]}); "
-              "refusing to load it, fitting it again")
-        return _UNSET
-    except Exception as exc:  # noqa: BLE001  (any damage: truncated, garbage, untrusted)
-        _warn(f"the fitted model {path} cannot be read back ({type(exc).__name__}: "
+    except Exception as exc:  # noqa: BLE001  (any damage: truncated, garbage, a pickle)
+        _warn(f"the fitted result {path} cannot be read back ({type(exc).__name__}: "
               f"{' '.join(str(exc).split())[:120]}); fitting it again")
         return _UNSET
-    if not (isinstance(payload, dict) and payload.get("key") == key
-            and _checked(check, payload.get("value"))):
-        _warn(f"the fitted model {path} is not the fit it is named for; fitting it again")
-        return _UNSET
-    return payload["value"]
+    value = _checked(check, decode, payload.get("value")) if (
+        isinstance(payload, dict) and payload.get("key") == key) else _UNSET
+    if value is _UNSET:
+        _warn(f"the fitted result {path} is not the fit it is named for; fitting it again")
+    return value
 
 
-def _checked(check: Callable[[Any], bool], value: Any) -> bool:
+def _checked(check: Callable[[Any], bool], decode: Callable[[Any], Any], raw: Any) -> Any:
+    """The decoded value when it passes `check`, else `_UNSET`."""
     try:
-        return bool(check(value))
-    except Exception:  # noqa: BLE001  (a value too odd to check is not the fit)
-        return False
+        value = decode(raw)
+        return value if check(value) else _UNSET
+    except Exception:  # noqa: BLE001  (a value too odd to decode or check is not the fit)
+        return _UNSET
 
 
 def _store(directory: Path, path: Path, key: str, value: Any) -> None:
-    import skops.io as sio
-
     kind = path.name.rsplit("-", 1)[0]
     try:
-        data = sio.dumps({"key": key, "value": value}, compression=zipfile.ZIP_DEFLATED)
-        foreign = _foreign(_named_types(data))
-    except Exception as exc:  # noqa: BLE001  (a value skops cannot write)
-        foreign = [f"{type(exc).__name__}: {exc}"]
-    if foreign:  # it would be refused on load: keep it in memory only
-        _warn(f"a fitted model of kind {kind} holds types not in fit_cache.WRITTEN_TYPES "
-              f"({', '.join(foreign)[:120]}); it is not kept on disk", once_for=f"types:{kind}")
+        data = json.dumps({"key": key, "value": value}, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:  # not JSON data: keep it in memory only
+        _warn(f"a fitted result of kind {kind} is not JSON data ({exc}); it is not kept on "
+              "disk", once_for=f"json:{kind}")
         return
     tmp = None
     try:
@@ -270,7 +205,7 @@ def _store(directory: Path, path: Path, key: str, value: Any) -> None:
         tmp = None
     except OSError as exc:
         reason = getattr(exc, "strerror", None) or exc
-        _warn(f"cannot keep fitted models in {directory} ({reason}); they are "
+        _warn(f"cannot keep fitted results in {directory} ({reason}); they are "
               "fitted again in each new process", once_for=str(directory))
     finally:
         if tmp is not None:

@@ -393,12 +393,18 @@ class MLPredictor:
 
     def evaluate(self, split: StudentSplit) -> dict:
         """Accuracy (threshold 0.5) and ROC AUC on the test split; AUC is None if one class."""
-        from sklearn.metrics import accuracy_score, roc_auc_score
+        return anchor_scores(split.y_test, self.predict_proba(split.test))
 
-        p = self.predict_proba(split.test)
-        y = split.y_test
-        auc = float(roc_auc_score(y, p)) if len(np.unique(y)) == 2 else None
-        return {"accuracy": float(accuracy_score(y, (p >= 0.5).astype(int))), "auc": auc}
+
+def anchor_scores(y_true, p_fail) -> dict:
+    """The ML anchor's scores from its probabilities: accuracy at the 0.5 threshold
+    (P(fail) >= 0.5 predicts a fail) and ROC AUC, None where the rows hold one class only."""
+    from sklearn.metrics import accuracy_score, roc_auc_score
+
+    y = np.asarray(y_true)
+    p = np.asarray(p_fail, dtype=float)
+    auc = float(roc_auc_score(y, p)) if len(np.unique(y)) == 2 else None
+    return {"accuracy": float(accuracy_score(y, (p >= 0.5).astype(int))), "auc": auc}
 
 
 def fit_ml_predictor(split: StudentSplit) -> MLPredictor:
@@ -437,18 +443,17 @@ def fit_inputs(split: StudentSplit, table_digest: str) -> dict:
     (biaslab.datasets.fit_cache): the data (`table_digest` of the frame the split was cut from,
     and the numbers of the training rows, which together fix the exact rows and labels the
     model sees: the data file, the split seed and the split code are all covered), the model's
-    parameters, and the versions of the libraries that fit, write and load it."""
+    parameters, and the versions of the libraries that fit it and compute its predictions."""
     import pandas as pd
 
     import sklearn
-    import skops
 
     return {"table": table_digest, "train_rows": rows_digest(split.train),
             "features": list(split.feature_columns),
             "model": {name: _plain(value) for name, value
                       in _ml_pipeline(split.feature_columns).get_params(deep=True).items()},
             "versions": {"scikit-learn": sklearn.__version__, "numpy": np.__version__,
-                         "pandas": pd.__version__, "skops": skops.__version__}}
+                         "pandas": pd.__version__}}
 
 
 def rows_digest(frame: pd.DataFrame) -> str:
@@ -518,55 +523,10 @@ def _plain(value):
 @lru_cache(maxsize=256)
 def _predictor(dataset: str, seed: int, max_test: int | None, data_dir: str | None,
                stamp: tuple | None) -> MLPredictor:
-    key = (dataset, seed, max_test, data_dir, stamp)
-    split = _split_once(key)
-    # On disk too: a new process (a worker, `biaslab report`) loads the fit instead of paying
-    # ~0.13 s of CPU per split again.
-    # Only the fitted pipeline is kept: scikit-learn and numpy types that the entry's
-    # trusted-types check allows (fit_cache.WRITTEN_TYPES), not our own class.
-    pipeline = fit_cache.cached_fit("student-ml", _fit_inputs(*key),
-                                    lambda: fit_ml_predictor(split).pipeline,
-                                    check=lambda value: sound_pipeline(value, split))
-    return MLPredictor(pipeline=pipeline, feature_columns=tuple(split.feature_columns),
-                       seed=ML_RANDOM_STATE)
-
-
-def sound_pipeline(value, split: StudentSplit) -> bool:
-    """Whether a loaded `value` is a fitted `_ml_pipeline` whose trees stay inside themselves.
-
-    scikit-learn's trees predict by following stored node numbers without bounds checks, so a
-    crafted entry could read memory out of bounds: every inner node's children must be nodes
-    of its own tree and its feature one of the model's columns."""
-    from sklearn.compose import ColumnTransformer
-    from sklearn.ensemble import GradientBoostingClassifier
-    from sklearn.pipeline import Pipeline
-
-    if not (isinstance(value, Pipeline) and [name for name, _ in value.steps] == ["pre", "gbc"]
-            and isinstance(value.named_steps["pre"], ColumnTransformer)
-            and isinstance(value.named_steps["gbc"], GradientBoostingClassifier)):
-        return False
-    if list(getattr(value, "feature_names_in_", [])) != list(split.feature_columns):
-        return False
-    gbc = value.named_steps["gbc"]
-    width = int(gbc.n_features_in_)
-    for estimator in np.asarray(gbc.estimators_).ravel():
-        tree = estimator.tree_
-        n = int(tree.node_count)
-        left, right, feature = (np.asarray(a) for a in
-                                (tree.children_left, tree.children_right, tree.feature))
-        if tree.n_features != width or not (len(left) == len(right) == len(feature) == n
-                                            == len(tree.value)):
-            return False
-        inner = left != -1
-        if not ((right[inner] != -1).all() and (right[~inner] == -1).all()):
-            return False
-        if not ((left[inner] > np.flatnonzero(inner)).all()
-                and (right[inner] > np.flatnonzero(inner)).all()
-                and (left[inner] < n).all() and (right[inner] < n).all()):
-            return False
-        if not ((feature[inner] >= 0) & (feature[inner] < width)).all():
-            return False
-    return True
+    # In memory only: a later process needs the model's probabilities, which are kept on disk
+    # (cached_test_probabilities), never the model. Fitting it again takes ~0.2 s of CPU;
+    # reading a scikit-learn model back safely (skops) cost a new process ~2 s of imports.
+    return fit_ml_predictor(_split_once((dataset, seed, max_test, data_dir, stamp)))
 
 
 @lru_cache(maxsize=8)
@@ -607,8 +567,9 @@ def cached_test_probabilities(dataset: str, seed: int, max_test: int | None = No
                               data_dir: str | None = None) -> tuple[float, ...]:
     """`cached_ml_predictor`'s P(fail) per test row of `cached_split`, in row order.
 
-    Kept on disk beside the fit (a pure function of the fit's inputs and the test rows), so a
-    new process neither loads the model nor runs it: ~15 ms of CPU per split."""
+    Kept on disk as JSON (biaslab.datasets.fit_cache; a pure function of the fit's inputs and
+    the test rows), so a new process neither fits the model nor runs it: it reads the
+    entry. An entry is used only when it holds one float in [0, 1] per test row."""
     key = (dataset, seed, max_test, data_dir, data_stamp(dataset, data_dir))
     split = _split_once(key)
     inputs = {**_fit_inputs(*key), "test_rows": rows_digest(split.test)}
@@ -619,6 +580,6 @@ def cached_test_probabilities(dataset: str, seed: int, max_test: int | None = No
         return tuple(float(p) for p in predictor.predict_proba(split.test))
 
     return fit_cache.cached_fit(
-        "student-ml-test-p", inputs, predict,
-        check=lambda value: isinstance(value, tuple) and len(value) == len(split.test)
-        and all(type(p) is float for p in value))
+        "student-ml-test-p", inputs, predict, decode=tuple,
+        check=lambda value: len(value) == len(split.test)
+        and all(type(p) is float and 0.0 <= p <= 1.0 for p in value))

@@ -692,7 +692,7 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
     # Everything built so far (plan, graphs, modules) lives as long as the run: keep it out of
     # the cyclic collector's scans, which otherwise cost ~15 % of the CPU per call.
     gc.freeze()
-    # --no-cache keeps fitted models off disk too (the cells' tasks inherit this context); a
+    # --no-cache keeps fitted results off disk too (the cells' tasks inherit this context); a
     # strict replay, which never uses the response cache, still loads fits (not responses).
     fits = None if use_shared_cache or mode != "live" else fit_cache.no_fits_on_disk()
     flusher = asyncio.create_task(flush())

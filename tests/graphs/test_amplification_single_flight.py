@@ -30,7 +30,8 @@ targets = "singletons"
 def test_one_fit_per_split_in_a_fresh_process(tmp_path):
     spec = tmp_path / "fits.toml"
     spec.write_text(SPEC)
-    proc = subprocess.run([sys.executable, "-c", COUNT_FITS, str(spec), str(tmp_path / "run")],
+    proc = subprocess.run([sys.executable, "-c", COUNT_FITS, str(spec), str(tmp_path / "run"),
+                           "--no-figures"],
                           capture_output=True, text=True, timeout=600,
                           env={"BIASLAB_CACHE": "off", "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr[-2000:]

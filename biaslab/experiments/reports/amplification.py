@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from biaslab.datasets.student import cached_ml_predictor, cached_split
+from biaslab.datasets.student import anchor_scores, cached_split, cached_test_probabilities
 from biaslab.evaluators.amplification import CLEAN, aggregate_over_seeds
 from biaslab.experiments.reports.markdown import to_markdown
 
@@ -323,12 +323,13 @@ def predictions_frame(store, options) -> pd.DataFrame:
 
 def ml_anchor(store, options) -> pd.DataFrame:
     """The ML predictor's test accuracy and AUC per dataset and seed of the run (the sanity
-    anchor), whichever pipelines ran: it is fit on the training split only."""
+    anchor), whichever pipelines ran: it is fit on the training split only. From its test
+    probabilities, which the run kept on disk: a report neither fits nor runs the model."""
     cells = store.cells()
     rows = []
     for dataset, seed in sorted({(c["item"], int(c["seed"])) for _, c in cells.iterrows()}):
         key = (dataset, seed, options.max_test, options.data_dir)
-        anchor = cached_ml_predictor(*key).evaluate(cached_split(*key))
+        anchor = anchor_scores(cached_split(*key).y_test, cached_test_probabilities(*key))
         rows.append({"dataset": dataset, "seed": seed, **anchor})
     return pd.DataFrame(rows, columns=["dataset", "seed", "accuracy", "auc"])
 
