@@ -37,6 +37,7 @@ def main() -> int:
     counts = collections.Counter()
     for t in tries:
         kind = ("finished first" if t.finished_first
+                else "ended as the signal came (exit 0)" if t.ended_as_signalled
                 else "problem: died in the launcher's start?" if t.in_launcher_start
                 else "problem" if t.problem else "exit 130, one line")
         counts[(t.verb, kind)] += 1

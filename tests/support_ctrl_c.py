@@ -48,6 +48,10 @@ LAUNCHER_START_S = 0.1
 start (well under a millisecond idle, a few under heavy load)."""
 
 
+ENDED_AS_SIGNALLED_S = 0.5
+"""A command that exits 0 without a word this soon after the signal was already ending."""
+
+
 def install(bin_dir: Path) -> Path:
     """The ``biaslab`` command as pip installs it into `bin_dir`, from pyproject.toml: its
     ``script-files`` copied as they are, and each ``[project.scripts]`` entry as the script pip
@@ -76,6 +80,8 @@ class Try:
     code: int
     stderr: str
     finished_first: bool = False
+    after_signal_s: float = 0.0
+    """From the signal to the command's end."""
 
     @property
     def in_launcher_start(self) -> bool:
@@ -85,9 +91,19 @@ class Try:
                 and self.at_s < LAUNCHER_START_S)
 
     @property
+    def ended_as_signalled(self) -> bool:
+        """Exit 0 without a word, at once: the signal came as the command was ending, after
+        its last chance to answer one (biaslab.console blocks SIGINT just before
+        ``os._exit``, and the kernel drops a signal sent while it tears a process down,
+        which on a loaded machine takes tens of milliseconds). The command had finished its
+        work; a Ctrl-C ignored mid-command would show as a command that goes on running."""
+        return (self.code == 0 and not self.stderr.strip()
+                and self.after_signal_s < ENDED_AS_SIGNALLED_S)
+
+    @property
     def problem(self) -> str | None:
         """What is wrong with this try's end, or None."""
-        if self.finished_first:
+        if self.finished_first or self.ended_as_signalled:
             return None
         lines = [ln for ln in self.stderr.splitlines() if INTERRUPT_LINE.search(ln)]
         if self.code != 130:
@@ -140,13 +156,15 @@ def interrupt_once(verb: str, argv: list[str], at_s: float, root: Path, n: int) 
     finished = proc.poll() is not None
     if not finished:
         proc.send_signal(signal.SIGINT)
+    signalled = time.monotonic()
     try:
         _, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
         _, err = proc.communicate()
         return Try(verb, at_s, -9, err + "\n(still running 60 s after the signal)")
-    return Try(verb, at_s, proc.returncode, err, finished_first=finished)
+    return Try(verb, at_s, proc.returncode, err, finished_first=finished,
+               after_signal_s=time.monotonic() - signalled)
 
 
 def loop(root: Path, runs: int, *, window_s: float = 3.0, seed: int = 0,
