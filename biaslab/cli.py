@@ -954,20 +954,12 @@ def _figures_setting(args):
     return figures_off()
 
 
-@contextlib.contextmanager
 def _fits_setting(args):
     """``--no-cache``: nothing this command does (its run and the report after it) reads or
     writes fitted results on disk (see biaslab.datasets.fit_cache)."""
-    if not getattr(args, "no_cache", False):
-        yield
-        return
-    from biaslab.datasets import fit_cache
+    from biaslab.datasets.fit_cache import fits_on_disk
 
-    token = fit_cache.no_fits_on_disk()
-    try:
-        yield
-    finally:
-        fit_cache.restore(token)
+    return fits_on_disk(not getattr(args, "no_cache", False))
 
 
 _POSITIONALS = {"spec": "SPEC", "run_dir": "RUN_DIR", "run_dirs": "RUN_DIR", "protocol":

@@ -92,7 +92,8 @@ def run(spec: "str | Path | ExperimentSpec | dict[str, Any]", *, out: str | Path
     if result.interrupted:
         raise interrupted(run_dir, result, f"biaslab.run({str(run_dir)!r}, resume=True)")
     if not no_report and not shard:
-        call_off_loop(lambda: _write_reports(plan, run_dir, figures=not no_figures))
+        call_off_loop(lambda: _write_reports(plan, run_dir, figures=not no_figures,
+                                             fits_on_disk=not no_cache))
     return opened(run_dir, result)
 
 
@@ -199,13 +200,18 @@ def _execute(runner: Cancellable, plan: "Plan", run_dir: Path, *, resume: bool, 
                                use_shared_cache=use_shared_cache, progress=progress))
 
 
-def _write_reports(plan: "Plan", run_dir: Path, *, figures: bool = True) -> list[Path]:
+def _write_reports(plan: "Plan", run_dir: Path, *, figures: bool = True,
+                   fits_on_disk: bool = True) -> list[Path]:
+    """`fits_on_disk`: False for ``no_cache``, whose report keeps no fitted results on disk
+    either (set here, in the thread that writes it: a context does not follow a thread)."""
+    from biaslab.datasets import fit_cache
     from biaslab.experiments.reports import write_reports
     from biaslab.traces.store import RunStore
 
     store = RunStore(run_dir, readonly=True)
     try:
-        return write_reports(plan, store, run_dir, figures=figures)
+        with fit_cache.fits_on_disk(fits_on_disk):
+            return write_reports(plan, store, run_dir, figures=figures)
     finally:
         store.close()
 

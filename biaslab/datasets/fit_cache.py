@@ -49,7 +49,7 @@ from typing import Any, Callable, Iterator, TypeVar
 from biaslab.traces.cache import shared_cache_path
 
 __all__ = ["FORMAT", "SUFFIX", "cached_fit", "entry_path", "fits_directory", "fits_in",
-           "keep_fits_in", "no_fits_on_disk", "restore", "warn_line"]
+           "fits_on_disk", "keep_fits_in", "no_fits_on_disk", "restore", "warn_line"]
 
 T = TypeVar("T")
 FORMAT = 3
@@ -109,6 +109,18 @@ def no_fits_on_disk() -> contextvars.Token | None:
 def restore(token: contextvars.Token | None) -> None:
     if token is not None:
         _CHOSEN.reset(token)
+
+
+@contextmanager
+def fits_on_disk(allowed: bool) -> Iterator[None]:
+    """`no_fits_on_disk` for a ``with`` block unless `allowed`: what ``--no-cache`` (or
+    ``no_cache=True``) does for a whole command, its report included, which reads the run's
+    fitted results too."""
+    token = None if allowed else no_fits_on_disk()
+    try:
+        yield
+    finally:
+        restore(token)
 
 
 @contextmanager

@@ -554,18 +554,11 @@ def cached_split(dataset: str, seed: int, max_test: int | None = None,
     return _split_once((dataset, seed, max_test, data_dir, data_stamp(dataset, data_dir)))
 
 
-def cached_ml_predictor(dataset: str, seed: int, max_test: int | None = None,
-                        data_dir: str | None = None) -> MLPredictor:
-    """The ML predictor fitted on `cached_split`'s training rows, fitted once per process
-    and data file content however many cells ask at the same time."""
-    key = (dataset, seed, max_test, data_dir, data_stamp(dataset, data_dir))
-    with _single_flight("predictor", key):
-        return _predictor(*key)
-
-
 def cached_test_probabilities(dataset: str, seed: int, max_test: int | None = None,
                               data_dir: str | None = None) -> tuple[float, ...]:
-    """`cached_ml_predictor`'s P(fail) per test row of `cached_split`, in row order.
+    """The ML predictor's P(fail) per test row of `cached_split`, in row order; the model is
+    fitted on the split's training rows once per process and data file content, however many
+    cells ask at the same time, and only when no entry holds its probabilities.
 
     Kept on disk as JSON (biaslab.datasets.fit_cache; a pure function of the fit's inputs and
     the test rows), so a new process neither fits the model nor runs it: it reads the

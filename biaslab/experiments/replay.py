@@ -387,9 +387,11 @@ def counterfactual(run_dir: str | Path, out_dir: str | Path, *, node: str = "",
             return done
         replayed = RunStore(out.path, readonly=True)
         try:
+            from biaslab.datasets.fit_cache import fits_on_disk
             from biaslab.experiments.reports import write_reports
 
-            done.tables = list(write_reports(plan, replayed, out.path))
+            with fits_on_disk(use_shared_cache):  # its report too, as the run's cells
+                done.tables = list(write_reports(plan, replayed, out.path))
             done.comparison = _compare(plan, source, replayed, out.path / "tables")
         finally:
             replayed.close()

@@ -270,3 +270,18 @@ def test_the_cells_of_a_split_share_one_prediction(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(l for l in proc.stdout.splitlines() if l.startswith("PREDICTIONS"))
     assert line == "PREDICTIONS [20, 20]", line  # 2 splits, 20 test records each
+
+
+def test_no_cache_in_python_keeps_no_fits_on_disk_for_the_report_either(tmp_path,
+                                                                         isolated_cache):
+    """``biaslab.run(..., no_cache=True)`` and a counterfactual with ``no_cache=True``: their
+    reports read the ML probabilities too, and write none beside the cache either."""
+    import biaslab
+
+    spec = tmp_path / "fits.toml"
+    spec.write_text(SPEC)
+    run = biaslab.run(spec, out=tmp_path / "run", no_cache=True, quiet=True, no_figures=True)
+    assert (tmp_path / "run" / "tables" / "ml_anchor.csv").is_file()
+    run.counterfactual(tmp_path / "cf", directions=["pro_male"], no_cache=True, quiet=True)
+    assert (tmp_path / "cf" / "tables" / "ml_anchor.csv").is_file()
+    assert not (isolated_cache.parent / "fits").exists()
