@@ -242,16 +242,16 @@ def _base_metrics(df: pd.DataFrame) -> dict[str, Any]:
     p = ok["p_final"].astype(float).to_numpy()
     yhat = _labels(p)
     sex = ok["sex"].astype(int).to_numpy()
-    rates = (fairness.predicted_failure_rate_by_group(y, yhat, sensitive_features=sex)
-             if len(ok) else {})
+    gaps = fairness.group_gaps(y, yhat, sensitive_features=sex)
+    rates = gaps.rates if len(ok) else {}
     return {
         "n_total": int(len(df)),
         "n": int(len(ok)),
         "n_parse_failures": int(pf.sum()),
         "accuracy": fairness.accuracy(y, yhat),
         "auc": fairness.roc_auc(y, p),
-        "dp_diff": fairness.demographic_parity_difference(y, yhat, sensitive_features=sex),
-        "eo_diff": fairness.equalized_odds_difference(y, yhat, sensitive_features=sex),
+        "dp_diff": gaps.dp_diff,
+        "eo_diff": gaps.eo_diff,
         "fail_rate_F": float(rates.get(0, np.nan)),
         "fail_rate_M": float(rates.get(1, np.nan)),
     }

@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from fairlearn.metrics import MetricFrame, selection_rate
+from fairlearn.metrics import (MetricFrame, false_positive_rate, selection_rate,
+                               true_positive_rate)
 from fairlearn.metrics import demographic_parity_difference as _fl_dp_difference
 from fairlearn.metrics import equalized_odds_difference as _fl_eo_difference
 from sklearn.metrics import accuracy_score, roc_auc_score
 
 __all__ = [
+    "GroupGaps",
+    "group_gaps",
     "predicted_failure_rate_by_group",
     "demographic_parity_difference",
     "equalized_odds_difference",
@@ -96,6 +100,54 @@ def equalized_odds_difference(
     rate is undefined (e.g. a group with no true failures or no true passes).
     """
     return _fairlearn_or_nan(_fl_eo_difference, y_true, y_pred, sensitive_features)
+
+
+@dataclass(frozen=True)
+class GroupGaps:
+    """The three group measures of one set of binary predictions (see :func:`group_gaps`)."""
+
+    rates: dict[Hashable, float]
+    """:func:`predicted_failure_rate_by_group`."""
+    dp_diff: float
+    """:func:`demographic_parity_difference`."""
+    eo_diff: float
+    """:func:`equalized_odds_difference`."""
+
+
+def group_gaps(y_true: ArrayLike, y_pred: ArrayLike, *,
+               sensitive_features: ArrayLike) -> GroupGaps:
+    """Rates by group, demographic parity and equalized odds differences at once.
+
+    The same numbers as the three functions called one by one, from one
+    :class:`fairlearn.metrics.MetricFrame` holding the metrics they build their own frames of
+    (``selection_rate``; ``true_positive_rate`` and ``false_positive_rate``, in that order, as
+    fairlearn's ``equalized_odds_difference`` takes the larger gap of the two). Why: a frame
+    costs ~25 ms whatever it holds, and a report asks this once per condition (issue 48).
+    Where the shared frame cannot be built (fairlearn raises), each measure is computed on
+    its own, so that one undefined measure is NaN without taking the others along.
+    """
+    y_pred = _as_1d(y_pred)
+    if y_pred.size == 0:
+        return GroupGaps({}, float("nan"), float("nan"))
+    y_true = _as_1d(y_true) if y_true is not None else np.zeros_like(y_pred)
+    groups = _as_1d(sensitive_features)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            frame = MetricFrame(metrics={"selection_rate": selection_rate,
+                                         "tpr": true_positive_rate,
+                                         "fpr": false_positive_rate},
+                                y_true=y_true, y_pred=y_pred, sensitive_features=groups)
+            gaps = frame.difference(method="between_groups")
+            rates = {_py(g): float(v) for g, v in frame.by_group["selection_rate"].items()}
+            return GroupGaps(rates, float(gaps["selection_rate"]),
+                             float(max(gaps[["tpr", "fpr"]])))
+        except (ValueError, ZeroDivisionError):
+            pass
+    return GroupGaps(predicted_failure_rate_by_group(y_true, y_pred,
+                                                     sensitive_features=groups),
+                     demographic_parity_difference(y_true, y_pred, sensitive_features=groups),
+                     equalized_odds_difference(y_true, y_pred, sensitive_features=groups))
 
 
 def accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:

@@ -95,3 +95,51 @@ def test_roc_auc_against_sklearn(data):
 def test_roc_auc_single_class_is_nan_not_error():
     assert math.isnan(F.roc_auc([1, 1, 1], [0.2, 0.6, 0.9]))
     assert math.isnan(F.roc_auc([], []))
+
+
+def _same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def _one_by_one(y, yhat, groups):
+    try:
+        rates = F.predicted_failure_rate_by_group(y, yhat, sensitive_features=groups)
+    except ValueError as exc:
+        rates = exc.__class__
+    return (rates, F.demographic_parity_difference(y, yhat, sensitive_features=groups),
+            F.equalized_odds_difference(y, yhat, sensitive_features=groups))
+
+
+def test_group_gaps_equal_the_three_measures_one_by_one(data):
+    """`group_gaps` (one fairlearn frame) gives exactly what the three wrappers give, on the
+    fixture and on small and degenerate cases: one class only, one group only, no predicted
+    failure, a group with no true failures, one row (fairlearn refuses it: both raise)."""
+    y_true, y_pred, _, sex = data
+    a = np.array
+    cases = [(y_true, y_pred, sex),
+             (a([1, 1, 1, 1]), a([1, 0, 1, 0]), a([0, 0, 1, 1])),  # one class only
+             (a([1, 0, 1, 0]), a([0, 0, 0, 0]), a([0, 0, 1, 1])),  # no predicted failure
+             (a([1, 0, 1, 0]), a([1, 1, 0, 1]), a([0, 0, 0, 0])),  # one group only
+             (a([1, 1, 0, 0, 1]), a([1, 0, 0, 1, 1]), a([0, 0, 1, 1, 2])),  # no failure in 2
+             (a([1]), a([1]), a([0])),  # one row: fairlearn refuses it
+             (a([1, 0, 1]), a([1, 1, 0]), a(["F", "F", "M"]))]
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        n = int(rng.integers(2, 10))
+        cases.append((rng.integers(0, 2, n), rng.integers(0, 2, n),
+                      rng.integers(0, int(rng.integers(1, 4)), n)))
+    compared = raised = 0
+    for y, yhat, groups in cases:
+        rates, dp, eo = _one_by_one(y, yhat, groups)
+        if rates is ValueError:
+            with pytest.raises(ValueError):
+                F.group_gaps(y, yhat, sensitive_features=groups)
+            raised += 1
+            continue
+        gaps = F.group_gaps(y, yhat, sensitive_features=groups)
+        assert gaps.rates == rates and _same(gaps.dp_diff, dp) and _same(gaps.eo_diff, eo), \
+            (y, yhat, groups, gaps, (rates, dp, eo))
+        compared += 1
+    assert compared >= 20 and raised >= 1  # both paths were taken
+    empty = F.group_gaps([], [], sensitive_features=[])
+    assert empty.rates == {} and math.isnan(empty.dp_diff) and math.isnan(empty.eo_diff)
