@@ -257,6 +257,10 @@ def _load_file(path: str, sha: str):
         raise UserError(f"plugin {path} is not a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    # No __pycache__ beside the user's file: reading a spec writes nothing into the folders it
+    # reads (a failed one leaves them as they were, tests/experiments/test_spec.py), however
+    # the interpreter is set to treat bytecode. The file is small; compiling it is quick.
+    was_off, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
         spec.loader.exec_module(module)
     except UserError:
@@ -267,6 +271,8 @@ def _load_file(path: str, sha: str):
     except Exception as exc:
         sys.modules.pop(name, None)
         raise UserError(f"plugin {path} failed to import: {type(exc).__name__}: {exc}") from None
+    finally:
+        sys.dont_write_bytecode = was_off
     return module
 
 
