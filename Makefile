@@ -15,10 +15,10 @@ LOCK = constraints.txt
 # on 2 cores): it is the first thing `make demo` and `make test` wait for.
 #
 # Bytecode: compiling every installed module up front (uv's --compile-bytecode: ~15,000 files,
-# ~18 s of the setup's ~25 s on 2 cores, ~35 s of CPU) paid for ten times what a run imports
+# ~18 s of the setup's ~33 s on 2 cores, ~45 s of CPU) paid for ten times what a run imports
 # (~1,400 modules for a run and its report, ~5 s of CPU to compile). So nothing is compiled at
 # setup but what biaslab imports (scripts/compile_imports.py: every biaslab module and the
-# libraries its commands import lazily, ~2,000 modules in one process); anything else is
+# libraries its commands import lazily, ~2,900 modules in one process, ~10 s); anything else is
 # compiled the first time a process here imports it, and every later process reads that.
 # Where PYTHONDONTWRITEBYTECODE is set (as on CI machines), Python would write no bytecode and
 # every process would compile each module it imports from source, every time (~5 s more per

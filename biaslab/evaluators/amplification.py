@@ -242,8 +242,7 @@ def _base_metrics(df: pd.DataFrame) -> dict[str, Any]:
     p = ok["p_final"].astype(float).to_numpy()
     yhat = _labels(p)
     sex = ok["sex"].astype(int).to_numpy()
-    gaps = fairness.group_gaps(y, yhat, sensitive_features=sex)
-    rates = gaps.rates if len(ok) else {}
+    gaps = fairness.group_gaps(y, yhat, sensitive_features=sex)  # no rows: {} and NaN
     return {
         "n_total": int(len(df)),
         "n": int(len(ok)),
@@ -252,8 +251,8 @@ def _base_metrics(df: pd.DataFrame) -> dict[str, Any]:
         "auc": fairness.roc_auc(y, p),
         "dp_diff": gaps.dp_diff,
         "eo_diff": gaps.eo_diff,
-        "fail_rate_F": float(rates.get(0, np.nan)),
-        "fail_rate_M": float(rates.get(1, np.nan)),
+        "fail_rate_F": float(gaps.rates.get(0, np.nan)),
+        "fail_rate_M": float(gaps.rates.get(1, np.nan)),
     }
 
 
