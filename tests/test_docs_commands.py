@@ -15,11 +15,21 @@ What a line's own comment says is how it is checked, so the exceptions are visib
 - ``make ...`` lines (how this suite got here) and comment-only lines are not run.
 
 Every other line must exit 0. ``docs/python.md``'s Python block runs the same way.
+
+A line that is one plain ``biaslab`` command (no shell syntax: no ``;``, pipe, redirect,
+variable or assignment) runs in this process, through `biaslab.cli.main` with the line's own
+arguments, in the page's folder and environment: what the console script would run, without
+importing biaslab's libraries again for every line (two to three seconds a line, most of this
+file's time; issue 48). Every other line, and every ``biaslab view``, runs through ``bash`` as
+printed. The README tour (``tests/test_readme.py``) runs each of its lines through the shell
+and the console script, so that boundary stays tested on the newcomer's path.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -31,12 +41,14 @@ from pathlib import Path
 
 import pytest
 
+from biaslab.cli import main
 from support_commands import HOSTED, VENV, clean_env, commands
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 EXTERNAL = re.compile(r"#.*\b(needs a running|starts a)\b.*\bserver\b")
 EMBEDDED = re.compile(r"#\s*embedded model\b")
+SHELL_SYNTAX = re.compile(r"[;&|<>$`(){}\[\]\\*?=~!]")
 PAGES = sorted(p for p in DOCS.rglob("*.md") if commands(p.read_text()))
 
 
@@ -85,7 +97,32 @@ def _check_view(line: str, tmp: Path, env: dict[str, str]) -> str:
                 proc.wait()
 
 
-def _run_page(page: Path, tmp: Path) -> list[str]:
+def _plain_biaslab(line: str) -> list[str] | None:
+    """The arguments of a line that is one ``biaslab`` command and nothing else (its trailing
+    comment aside), or None for a line that needs the shell."""
+    words = shlex.split(line, comments=True)
+    command = line.split(" #", 1)[0]
+    if not words or words[0] != "biaslab" or SHELL_SYNTAX.search(command):
+        return None
+    return words[1:]
+
+
+def _in_process(argv: list[str], tmp: Path, env: dict[str, str], capsys) -> tuple[int, str, str]:
+    """`biaslab.cli.main(argv)` in `tmp` with exactly the environment `env` (as the console
+    script would run it there); its exit code, stdout and stderr."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in set(os.environ) - set(env):
+            mp.delenv(name)
+        for name, value in env.items():
+            mp.setenv(name, value)
+        mp.chdir(tmp)
+        capsys.readouterr()
+        code = main(argv)
+        out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _run_page(page: Path, tmp: Path, capsys) -> list[str]:
     """Run one page's command lines in order; returns what was done with each line."""
     _copy(tmp)
     env = clean_env(tmp)
@@ -99,21 +136,39 @@ def _run_page(page: Path, tmp: Path) -> list[str]:
         if line.startswith("biaslab view "):
             done.append(_check_view(line, tmp, env))
             continue
-        # -e: in ``a ; b`` a failing ``a`` fails the line too
-        proc = subprocess.run(["bash", "-e", "-c", f". .venv/bin/activate && {line}"], cwd=tmp,
-                              env=env, capture_output=True, text=True, timeout=600)
-        assert "Traceback" not in proc.stderr, f"{page.name}: {line}\n{proc.stderr[-2000:]}"
+        argv = _plain_biaslab(line)
+        if argv is not None:
+            code, out, err = _in_process(argv, tmp, env, capsys)
+        else:
+            # -e: in ``a ; b`` a failing ``a`` fails the line too
+            proc = subprocess.run(["bash", "-e", "-c", f". .venv/bin/activate && {line}"],
+                                  cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+            code, out, err = proc.returncode, proc.stdout, proc.stderr
+        assert "Traceback" not in err, f"{page.name}: {line}\n{err[-2000:]}"
         hosted = HOSTED.search(line)
         if hosted:
-            err = proc.stderr.strip().splitlines()
-            assert proc.returncode == 2, f"{page.name}: {line!r}: exit {proc.returncode}, not 2"
-            assert len(err) == 1 and hosted.group(1) in err[0], (page.name, line, proc.stderr)
+            lines = err.strip().splitlines()
+            assert code == 2, f"{page.name}: {line!r}: exit {code}, not 2"
+            assert len(lines) == 1 and hosted.group(1) in lines[0], (page.name, line, err)
             done.append(f"refused without {hosted.group(1)}: {line}")
         else:
-            assert proc.returncode == 0, (f"{page.name}: command failed: {line}\n"
-                                          f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-            done.append(f"ran: {line}")
+            assert code == 0, (f"{page.name}: command failed: {line}\n"
+                               f"{out[-2000:]}\n{err[-2000:]}")
+            done.append(f"ran: {line}" if argv is None else f"ran (in process): {line}")
     return done
+
+
+def test_plain_biaslab_lines_are_told_from_shell_lines():
+    assert _plain_biaslab("biaslab run a.toml --out runs/x  # offline, seconds") == [
+        "run", "a.toml", "--out", "runs/x"]
+    assert _plain_biaslab("biaslab replay runs/math --mode strict  # re-execute; every call") \
+        == ["replay", "runs/math", "--mode", "strict"]
+    for line in ("biaslab prompts list ; biaslab prompts show amplification/judge",
+                 "biaslab run $SPEC", "X_BASE_URL=http://h biaslab run s.toml",
+                 "biaslab export runs/math > out.txt", "biaslab report runs/a | head",
+                 "biaslab run ~/spec.toml", "biaslab view runs/x --port=9000",
+                 "vllm serve Qwen/Qwen2.5-7B-Instruct --port 8000"):
+        assert _plain_biaslab(line) is None, line
 
 
 def test_the_pages_with_commands_are_found():
@@ -123,12 +178,13 @@ def test_the_pages_with_commands_are_found():
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(DOCS)))
-def test_every_docs_command_runs_as_printed(page, tmp_path):
-    done = _run_page(page, tmp_path)
+def test_every_docs_command_runs_as_printed(page, tmp_path, capsys):
+    done = _run_page(page, tmp_path, capsys)
     print("\n".join(done))
     assert done, f"{page.name}: no line was checked"
     if page.name != "models.md":  # its every line needs a local server the reader starts
-        assert any(d.startswith(("ran: biaslab", "served: ")) for d in done), done
+        assert any(d.startswith(("ran: biaslab", "ran (in process): biaslab", "served: "))
+                   for d in done), done
 
 
 def test_the_python_page_runs_as_printed(tmp_path):
