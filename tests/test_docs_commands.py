@@ -109,16 +109,21 @@ def _plain_biaslab(line: str) -> list[str] | None:
 
 def _in_process(argv: list[str], tmp: Path, env: dict[str, str], capsys) -> tuple[int, str, str]:
     """`biaslab.cli.main(argv)` in `tmp` with exactly the environment `env` (as the console
-    script would run it there); its exit code, stdout and stderr."""
-    with pytest.MonkeyPatch.context() as mp:
-        for name in set(os.environ) - set(env):
-            mp.delenv(name)
-        for name, value in env.items():
-            mp.setenv(name, value)
-        mp.chdir(tmp)
-        capsys.readouterr()
-        code = main(argv)
-        out, err = capsys.readouterr()
+    script would run it there); its exit code, stdout and stderr. The environment is put back
+    whole afterwards, so nothing the command sets (an app's env file, say) outlives it, as
+    nothing would outlive its process."""
+    saved = os.environ.copy()
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir(tmp)
+            capsys.readouterr()
+            code = main(argv)
+            out, err = capsys.readouterr()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     return code, out, err
 
 
