@@ -6,12 +6,18 @@ hand after `make setup` would otherwise compile each module it imports from sour
 time. Importing every biaslab module here, and the libraries its commands import lazily, writes
 their bytecode in one process (~2,900 modules, ~10 s on 2 cores). A module that cannot be
 imported here (an optional dependency missing) is skipped: it is compiled where it is used.
+
+Two processes share the work, one for biaslab's own modules and one for the libraries it
+imports lazily, so that both cores compile (each is a chain of imports, one module at a time);
+a module both reach is written by whichever gets there first (Python writes bytecode files
+whole, by renaming).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+import subprocess
 import sys
 
 # Imported inside functions by reports, evaluators, exports and the embedded model.
@@ -22,22 +28,33 @@ LAZY = ("matplotlib.backends.backend_agg", "matplotlib.backends.backend_svg",
         "xllamacpp")
 
 
+def _import_all(names) -> int:
+    """Import each module of `names`; how many could not be."""
+    skipped = 0
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # an optional dependency: compiled where it is used
+            skipped += 1
+    return skipped
+
+
 def main() -> int:
     if sys.dont_write_bytecode:
         print("compile_imports: bytecode writing is off (PYTHONDONTWRITEBYTECODE); nothing to do",
               file=sys.stderr)
         return 0
+    if sys.argv[1:] == ["--lazy"]:
+        return min(_import_all(LAZY), 100)  # the count, as the exit status
+    libraries = subprocess.Popen([sys.executable, __file__, "--lazy"])
     import biaslab
 
     names = [m.name for m in pkgutil.walk_packages(biaslab.__path__, "biaslab.",
                                                    onerror=lambda name: None)
              if not m.name.endswith("__main__")]
-    skipped = 0
-    for name in (*names, *LAZY):
-        try:
-            importlib.import_module(name)
-        except Exception:  # an optional dependency: compiled where it is used
-            skipped += 1
+    skipped = _import_all(names)
+    code = libraries.wait()
+    skipped += code if code >= 0 else len(LAZY)  # killed: none counted as compiled
     print(f"compiled the imports of {len(names)} biaslab modules and {len(LAZY)} libraries "
           f"({skipped} skipped)", file=sys.stderr)
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import fcntl
+import json
 import os
 import signal
 import tempfile
@@ -19,20 +20,52 @@ import pytest
 from support_llama_server import llama_server  # noqa: F401
 
 
+DURATIONS = Path(__file__).with_name("file_durations.json")
+"""Seconds each test file took in a recorded ``make test`` (setup, calls and teardowns):
+the order in which the workers take the files. Written by ``make test-durations``; a file
+missing from it (new since) counts a second per test. Stale numbers only change the order."""
+RECORD_ENV = "BIASLAB_RECORD_DURATIONS"
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
 def pytest_collection_modifyitems(config, items):
     """The order in which ``make test``'s workers take the files (``pytest -n --dist loadfile
-    --no-loadscope-reorder``): files marked ``pytest.mark.early`` first, then the files with
-    more tests. A file runs whole on one worker, so a long one started last (the README tour:
-    a minute or more of module fixture, in 6 tests) leaves the other worker idle meanwhile.
-    A plain ``pytest`` keeps the order in which it collected."""
+    --no-loadscope-reorder``): files marked ``pytest.mark.early`` first, then the longest
+    ones, by their recorded durations (`DURATIONS`). A file runs whole on one worker, so a
+    long one started last (the README tour: a minute or more of module fixture, in 6 tests;
+    the Ctrl-C timing loop, 40 s in 3) leaves the other workers idle meanwhile; the number of
+    tests in a file, the order used before, put exactly those last. A plain ``pytest`` keeps
+    the order in which it collected."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    def file(item) -> str:
-        return item.nodeid.split("::")[0]
-
-    tests_in = collections.Counter(file(item) for item in items)
+    try:
+        recorded = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        recorded = {}
+    tests_in = collections.Counter(_file(item.nodeid) for item in items)
     items.sort(key=lambda item: (item.get_closest_marker("early") is None,
-                                 -tests_in[file(item)]))
+                                 -recorded.get(_file(item.nodeid), tests_in[_file(item.nodeid)])))
+
+
+_SPENT: collections.Counter = collections.Counter()
+
+
+def pytest_runtest_logreport(report):
+    """With ``BIASLAB_RECORD_DURATIONS`` set, each test file's seconds add up here (in the
+    controller of ``pytest -n``, which receives every worker's reports)."""
+    if os.environ.get(RECORD_ENV):
+        _SPENT[_file(report.nodeid)] += report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Write the recorded durations (`DURATIONS`), in whole seconds, longest first."""
+    if not os.environ.get(RECORD_ENV) or os.environ.get("PYTEST_XDIST_WORKER") or not _SPENT:
+        return
+    ordered = {f: round(s) for f, s in sorted(_SPENT.items(), key=lambda kv: (-kv[1], kv[0]))}
+    DURATIONS.write_text(json.dumps(ordered, indent=1) + "\n")
 
 
 @pytest.fixture(autouse=True, scope="session")

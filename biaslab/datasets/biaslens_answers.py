@@ -147,8 +147,9 @@ def load_released_answers(root: str | Path, model: str, condition: str = "role",
             present = pd.Series([i is not None for i in at], index=questions.index)
             part = questions[present].assign(model=model, variant=variant, sample=sample,
                                               answer=picked["Answer"].to_numpy(),
-                                              judges=list(zip(picked["LLM 1"], picked["LLM 2"],
-                                                              picked["LLM 3"])),
+                                              judges=list(zip(picked["LLM 1"].tolist(),
+                                                              picked["LLM 2"].tolist(),
+                                                              picked["LLM 3"].tolist())),
                                               final=picked["final"].to_numpy())
             frames.append(part[["model", "variant", "attribute", "qid", "role", "type",
                                 "question", "sample", "answer", "judges", "final"]])
@@ -162,7 +163,7 @@ def _resolve_roles(roles: pd.Series, bank_roles: set[str], name: str,
     """The file's role names, each one the bank does not list replaced by its `role_variant`
     (counted in `notes`); a name without one stays as published (its rows do not match)."""
     out = []
-    for role in roles:
+    for role in roles.tolist():
         resolved = role if role in bank_roles else role_variant(role, bank_roles)
         if resolved is not None and resolved != role and notes is not None:
             key = (name, role, resolved)
@@ -176,7 +177,9 @@ def _keys(roles, types, questions) -> list[tuple[str, str, str, int]]:
     twice of one role keeps both rows."""
     seen: dict[tuple[str, str, str], int] = {}
     out = []
-    for key in zip(roles, types, questions):
+    # as lists: iterating Arrow-backed string columns value by value is several times slower
+    for key in zip(*(c if isinstance(c, list) else c.tolist()
+                     for c in (roles, types, questions))):
         seen[key] = seen.get(key, -1) + 1
         out.append((*key, seen[key]))
     return out

@@ -151,8 +151,8 @@ def score_released(answers: pd.DataFrame) -> pd.DataFrame:
     """
     rows = []
     options_of: dict[str, list[tuple[str, str]]] = {}
-    for qtype, question, answer, final in zip(answers["type"], answers["question"],
-                                              answers["answer"], answers["final"]):
+    for qtype, question, answer, final in zip(*(answers[c].tolist() for c in (
+            "type", "question", "answer", "final"))):
         kind = rule = family = None
         nonanswer = False
         if qtype == "why":
@@ -232,14 +232,16 @@ def answers_explained(scored: pd.DataFrame, readings: PersonVerdicts | None = No
     a family's few readings on the script's side need not leave the family's other answers
     unsettled."""
     out = []
-    for row in scored.itertuples():
-        if not isinstance(row.family, str):
+    # columns as lists: iterating Arrow-backed string columns value by value is several times
+    # slower, and a release has hundreds of thousands of answers
+    for family, model, variant, qid, answer, biased in zip(*(scored[c].tolist() for c in (
+            "family", "model", "variant", "qid", "answer", "biased"))):
+        if not isinstance(family, str):
             out.append(True)
             continue
-        seen = None if readings is None else readings.verdict(
-            row.model, row.variant, row.qid, row.answer)
-        out.append(seen == bool(row.biased) if seen is not None
-                   else script_misreads(row.family, row.model))
+        seen = None if readings is None else readings.verdict(model, variant, qid, answer)
+        out.append(seen == bool(biased) if seen is not None
+                   else script_misreads(family, model))
     return pd.Series(out, index=scored.index, dtype=bool)
 
 

@@ -45,17 +45,19 @@ def literal_script(root: Path, model: str, condition: str, bank_dir: str | Path 
             else questions["question"]
         seen: dict[tuple, int] = {}
         qid_of = {}
-        for qid, role, qtype, question in zip(questions["qid"], questions["role"],
-                                              questions["type"], text):
+        for qid, role, qtype, question in zip(questions["qid"].tolist(),
+                                              questions["role"].tolist(),
+                                              questions["type"].tolist(), text.tolist()):
             key = (role, qtype, question.strip())
             seen[key] = seen.get(key, -1) + 1
             qid_of[(*key, seen[key])] = qid
         roles = set(questions["role"])
-        resolved = [r if r in roles else (ba.role_variant(r, roles) or r) for r in rows["role"]]
+        resolved = [r if r in roles else (ba.role_variant(r, roles) or r)
+                    for r in rows["role"].tolist()]
         rows = rows.assign(attribute=attribute, qid=[
-            qid_of.get((r, t, q, k)) for r, t, q, k in zip(resolved, rows["type"],
-                                                          rows["question"],
-                                                          rows["occurrence"])])
+            qid_of.get((r, t, q, k)) for r, t, q, k in zip(resolved, rows["type"].tolist(),
+                                                          rows["question"].tolist(),
+                                                          rows["occurrence"].tolist())])
         frames.append(rows)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=["attribute", "type", "qid", "script_biased"])

@@ -52,6 +52,10 @@ class AmplificationOptions(BaseModel):
     """Test records per prediction call."""
     max_test: int | None = Field(default=None, ge=2)
     """Keep a stratified subset of this many test records (smoke runs)."""
+    explanation_max_tokens: int = Field(default=240, ge=16, le=4096)
+    """The explanation agent's reply budget. The explanation is quoted into every prediction
+    and judge prompt after it, so on a small CPU model it sets most of a cell's cost: the
+    embedded-model smoke run keeps it short."""
     n_resamples: int = Field(default=10_000, ge=100, le=1_000_000)
     """Paired-bootstrap resamples for FBS (at most a million: more adds nothing to a 95% CI
     and would exhaust memory at report time, after every call was paid for)."""
@@ -117,7 +121,7 @@ async def explanation(state: AmplificationState, runtime: Runtime[CellContext]) 
     ctx = runtime.context
     stats = _statistics(split_for(ctx))
     answer = await ask(ctx, "explanation", {"statistics": stats}, prompt=EXPLANATION_PROMPT,
-                       parser=text_answer, max_tokens=240)
+                       parser=text_answer, max_tokens=ctx.options.explanation_max_tokens)
     if not answer.ok:  # predictions must never run without the explanation they depend on
         raise CallFailed(f"explanation agent: {answer.error or answer.parse_error}")
     return {"explanation": answer.value}
@@ -352,11 +356,12 @@ class Amplification(Protocol):
         tokens = batches * (250 + header_tokens + (row_tokens + 6) * options.batch_size)
         if variant != "E0":
             calls += 1
-            tokens += 900 + 240 + batches * 250  # the explanation, and inside each batch prompt
+            explained = options.explanation_max_tokens  # the explanation, and inside each batch
+            tokens += 900 + explained + batches * (10 + explained)
         if variant == "E2":
             judged = EXPECTED_DISAGREEMENT * n
             calls += judged
-            tokens += judged * (record_tokens + 500)
+            tokens += judged * (record_tokens + 260 + options.explanation_max_tokens)
         return {"calls": calls, "tokens": tokens}
 
     def report_sections(self):

@@ -191,3 +191,19 @@ def test_every_built_in_protocol_compares_two_models_on_its_unit(tmp_path, name)
         assert (table["diff"] == 0).all() and (tested["p"] == 1).all()
         assert set(tested.loc[tested["measure"] == "p_final", "test"]) == {"paired_bootstrap"}
         assert set(tested.loc[tested["measure"] == "predicted_fail", "test"]) == {MCNEMAR}
+
+
+def test_holm_equals_statsmodels_on_ties_zeros_ones_and_nans():
+    """`holm` is computed in numpy (statsmodels' own Holm ends with a full gc.collect());
+    statsmodels' ``multipletests(method="holm")`` is the reference."""
+    import numpy as np
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(48)
+    families = [rng.random(n) for n in (1, 2, 5, 40)]
+    families += [np.array([0.01, 0.04, 0.04, 0.03, 0.5]), np.array([0.0, 1.0, 0.2, 0.0]),
+                 np.round(rng.random(30), 1), np.array([0.02, np.nan, 0.01])]
+    for p in families:
+        np.testing.assert_allclose(holm(p), multipletests(p, method="holm")[1], rtol=0,
+                                   atol=1e-15, equal_nan=True)
+    assert holm([]).size == 0
