@@ -157,3 +157,25 @@ def test_judge_must_commit_to_a_side(text, ok):
             parse_final(text)
     else:
         assert parse_final(text) == ok
+
+
+def test_the_explanation_budget_is_an_option_and_reaches_the_call(tmp_path):
+    """`explanation_max_tokens` (240 by default, 96 in the embedded-model smoke run): the
+    explanation call asks for that many tokens at most, and the estimate counts it."""
+    from biaslab.graphs.amplification import Amplification
+
+    spec = amplification_spec(conditions={"targets": []},
+                              options={"pipelines": ["E1"], "explanation_max_tokens": 50})
+    run_spec(spec, tmp_path / "run")
+    store = RunStore(tmp_path / "run")
+    asked = {c.params["max_tokens"] for c in store.iter_calls() if c.node == "explanation"}
+    assert asked == {50}
+    short = AmplificationOptions(max_test=20, explanation_max_tokens=50)
+    default = AmplificationOptions(max_test=20)
+    assert default.explanation_max_tokens == 240
+    protocol = Amplification()
+    saved = protocol.estimate("E1", "math", default)["tokens"] - protocol.estimate(
+        "E1", "math", short)["tokens"]
+    assert saved == 190 * (1 + 2)  # the explanation and its quote in each of 2 batches
+    with pytest.raises(ValueError):
+        AmplificationOptions(explanation_max_tokens=8)
