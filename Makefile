@@ -68,10 +68,11 @@ demo: setup
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 
 # The tests' temporary files (pytest's --basetemp: runs, stores, caches) go to a folder of
-# their own in /dev/shm where it is a RAM disk with room, else under $TMPDIR or /tmp. On disk,
-# deleting each passed test's files and the stores' writes kept both cores waiting on the disk
-# for ~25 s of a run (ext4 with online discard); in RAM, the wait was ~2 s. The folder is
-# removed after a passing run, and kept (its path printed) after a failing one.
+# their own in /dev/shm where it is a RAM disk with room, else under $TMPDIR or /tmp. On disk
+# (ext4 with online discard), the stores' writes and the deletion of each passed test's files
+# kept both cores waiting on it for about 20 s of one run; in RAM, a whole run had under 4
+# core-seconds of such waiting (bench/results.md, ninth round). The folder (~0.5 GB at its
+# peak) is removed after a passing run, and kept (its path printed) after a failing one.
 TEST_TMP ?= $(shell avail=$$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $$4}'); \
   if [ -w /dev/shm ] && [ "$${avail:-0}" -gt 4000000 ]; then echo /dev/shm; \
   else echo "$${TMPDIR:-/tmp}"; fi)

@@ -4,7 +4,7 @@ Why: setup does not compile every installed module (uv's --compile-bytecode comp
 most never imported; see the Makefile). Where PYTHONDONTWRITEBYTECODE is set, a command run by
 hand after `make setup` would otherwise compile each module it imports from source, every
 time. Importing every biaslab module here, and the libraries its commands import lazily, writes
-their bytecode in one process (~2,900 modules, ~10 s on 2 cores). A module that cannot be
+their bytecode (~2,900 modules, ~5-10 s on 2 cores). A module that cannot be
 imported here (an optional dependency missing) is skipped: it is compiled where it is used.
 
 Two processes share the work, one for biaslab's own modules and one for the libraries it
