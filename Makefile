@@ -77,11 +77,11 @@ TEST_TMP ?= $(shell avail=$$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $
   if [ -w /dev/shm ] && [ "$${avail:-0}" -gt 4000000 ]; then echo /dev/shm; \
   else echo "$${TMPDIR:-/tmp}"; fi)
 
+PYTEST = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
 test: setup browser
 	@tmp=$$(mktemp -d "$(TEST_TMP)/biaslab-tests.XXXXXX") && \
-	echo "$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --basetemp=$$tmp" && \
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-	  --basetemp="$$tmp"; status=$$?; \
+	echo "$(PYTEST) --basetemp=$$tmp" && $(PYTEST) --basetemp="$$tmp"; status=$$?; \
 	if [ $$status -eq 0 ]; then rm -rf "$$tmp"; else echo "the tests' files are kept in $$tmp"; fi; \
 	exit $$status
 
@@ -89,8 +89,7 @@ test: setup browser
 # tests/file_durations.json: the order in which the workers take the files, longest first
 # (tests/conftest.py). Worth running again when files grow or are added; commit the result.
 test-durations: setup browser
-	BIASLAB_RECORD_DURATIONS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
-	  --no-loadscope-reorder
+	BIASLAB_RECORD_DURATIONS=1 $(PYTEST)
 
 # The browser tests drive Debian's chromium through Playwright (Playwright's own browser
 # download does not work offline); installed here when missing and apt-get is allowed.

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from biaslab.datasets.biaslens import ATTRIBUTES, TYPE_LABELS, load_questions
+from biaslab.datasets.frame_rows import frame_rows
 from biaslab.errors import UserError
 
 __all__ = ["CONDITIONS", "LoadNotes", "file_stem", "released_models", "load_released_answers",
@@ -124,7 +125,7 @@ def load_released_answers(root: str | Path, model: str, condition: str = "role",
         questions = bank[bank["attribute"] == attribute]
         if variant == "no_role":  # the released no-role files ask the stripped question
             questions = questions.assign(question=questions["question_no_role"])
-        keys = _keys(questions["role"], questions["type"], questions["question"])
+        keys = _keys(frame_rows(questions, "role", "type", "question"))
         bank_roles = set(questions["role"])
         for sample, path in enumerate(paths):
             if not path.is_file():
@@ -134,8 +135,9 @@ def load_released_answers(root: str | Path, model: str, condition: str = "role",
             if unknown:
                 raise UserError(f"{path}: unknown question type '{unknown[0]}'")
             roles = _resolve_roles(frame["Role"].str.strip(), bank_roles, path.name, notes)
-            rows = dict(zip(_keys(roles, frame["Question Type"].map(TYPE_LABELS),
-                                  frame["Question"].str.strip()), range(len(frame))))
+            rows = dict(zip(_keys(zip(roles, frame["Question Type"].map(TYPE_LABELS).tolist(),
+                                      frame["Question"].str.strip().tolist())),
+                            range(len(frame))))
             extra = sorted(set(rows) - set(keys))
             if extra and notes is None:
                 raise UserError(f"{path}: a question that is not in the bank: "
@@ -147,9 +149,8 @@ def load_released_answers(root: str | Path, model: str, condition: str = "role",
             present = pd.Series([i is not None for i in at], index=questions.index)
             part = questions[present].assign(model=model, variant=variant, sample=sample,
                                               answer=picked["Answer"].to_numpy(),
-                                              judges=list(zip(picked["LLM 1"].tolist(),
-                                                              picked["LLM 2"].tolist(),
-                                                              picked["LLM 3"].tolist())),
+                                              judges=list(frame_rows(picked, "LLM 1", "LLM 2",
+                                                                     "LLM 3")),
                                               final=picked["final"].to_numpy())
             frames.append(part[["model", "variant", "attribute", "qid", "role", "type",
                                 "question", "sample", "answer", "judges", "final"]])
@@ -172,14 +173,12 @@ def _resolve_roles(roles: pd.Series, bank_roles: set[str], name: str,
     return out
 
 
-def _keys(roles, types, questions) -> list[tuple[str, str, str, int]]:
+def _keys(rows) -> list[tuple[str, str, str, int]]:
     """(role, type, question, k): the k-th occurrence of a question, so a question asked
     twice of one role keeps both rows."""
     seen: dict[tuple[str, str, str], int] = {}
     out = []
-    # as lists: iterating Arrow-backed string columns value by value is several times slower
-    for key in zip(*(c if isinstance(c, list) else c.tolist()
-                     for c in (roles, types, questions))):
+    for key in rows:
         seen[key] = seen.get(key, -1) + 1
         out.append((*key, seen[key]))
     return out

@@ -28,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from biaslab.datasets.biaslens import TYPE_LABELS
+from biaslab.datasets.frame_rows import frame_rows
 from biaslab.errors import UserError
 
 __all__ = ["SCRIPT_NEUTRAL_PHRASES", "SCRIPT_NEUTRAL_EXACT", "PANDAS_NA", "script_text",
@@ -87,12 +88,9 @@ def _read(path: Path) -> pd.DataFrame:
     return frame
 
 
-def _columns(frame: pd.DataFrame):
-    """The rows' (role, type, question, answer, final) as Python values: a released file has
-    tens of thousands of rows, and iterating pandas' Arrow-backed string columns one value at
-    a time is several times slower than taking each column as a list first."""
-    return zip(*(frame[c].tolist() for c in ("Role", "Question Type", "Question", "Answer",
-                                             "final")))
+_ROW = ("Role", "Question Type", "Question", "Answer", "final")
+"""The columns the script reads of each row (`frame_rows`: a released file has tens of
+thousands of rows)."""
 
 
 def script_questions(folder: str | Path, stem: str) -> pd.DataFrame:
@@ -119,12 +117,12 @@ def script_questions(folder: str | Path, stem: str) -> pd.DataFrame:
     firsts = []
     for other in others:
         first: dict[tuple, tuple] = {}
-        for role, qtype, question, answer, final in _columns(other):
+        for role, qtype, question, answer, final in frame_rows(other, *_ROW):
             first.setdefault((role, qtype, question), (answer, final))
         firsts.append(first)
     rows, seen = [], {}
     base = files[shortest]
-    for role, qtype, question, answer, final in _columns(base):
+    for role, qtype, question, answer, final in frame_rows(base, *_ROW):
         key = (role, qtype, question)
         answers, finals = [answer], [final]
         for first in firsts:

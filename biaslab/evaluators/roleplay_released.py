@@ -34,6 +34,7 @@ import pandas as pd
 from biaslab.agents.parsers import ParseError
 from biaslab.datasets.biaslens import choice_options
 from biaslab.datasets.biaslens_readings import PersonVerdicts
+from biaslab.datasets.frame_rows import frame_rows
 from biaslab.evaluators.biaslens_script import (SCRIPT_NEUTRAL_PHRASES, script_neutral,
                                                 script_phrase, script_yes)
 from biaslab.evaluators.roleplay import strict_majority
@@ -151,8 +152,8 @@ def score_released(answers: pd.DataFrame) -> pd.DataFrame:
     """
     rows = []
     options_of: dict[str, list[tuple[str, str]]] = {}
-    for qtype, question, answer, final in zip(*(answers[c].tolist() for c in (
-            "type", "question", "answer", "final"))):
+    for qtype, question, answer, final in frame_rows(answers, "type", "question", "answer",
+                                                     "final"):
         kind = rule = family = None
         nonanswer = False
         if qtype == "why":
@@ -232,10 +233,8 @@ def answers_explained(scored: pd.DataFrame, readings: PersonVerdicts | None = No
     a family's few readings on the script's side need not leave the family's other answers
     unsettled."""
     out = []
-    # columns as lists: iterating Arrow-backed string columns value by value is several times
-    # slower, and a release has hundreds of thousands of answers
-    for family, model, variant, qid, answer, biased in zip(*(scored[c].tolist() for c in (
-            "family", "model", "variant", "qid", "answer", "biased"))):
+    for family, model, variant, qid, answer, biased in frame_rows(
+            scored, "family", "model", "variant", "qid", "answer", "biased"):
         if not isinstance(family, str):
             out.append(True)
             continue

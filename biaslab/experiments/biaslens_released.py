@@ -23,6 +23,7 @@ from biaslab.datasets import biaslens_answers as ba
 from biaslab.datasets.biaslens import ATTRIBUTES, load_questions
 from biaslab.datasets.biaslens_release import duplicate_files, release_root
 from biaslab.datasets.biaslens_readings import person_verdicts
+from biaslab.datasets.frame_rows import frame_rows
 from biaslab.errors import UserError
 from biaslab.evaluators import roleplay_released as rr
 from biaslab.evaluators.biaslens_script import script_questions
@@ -41,13 +42,10 @@ def literal_script(root: Path, model: str, condition: str, bank_dir: str | Path 
         if rows.empty:
             continue
         questions = bank[bank["attribute"] == attribute]
-        text = questions["question_no_role"] if condition == "without_role" \
-            else questions["question"]
+        text = "question_no_role" if condition == "without_role" else "question"
         seen: dict[tuple, int] = {}
         qid_of = {}
-        for qid, role, qtype, question in zip(questions["qid"].tolist(),
-                                              questions["role"].tolist(),
-                                              questions["type"].tolist(), text.tolist()):
+        for qid, role, qtype, question in frame_rows(questions, "qid", "role", "type", text):
             key = (role, qtype, question.strip())
             seen[key] = seen.get(key, -1) + 1
             qid_of[(*key, seen[key])] = qid
@@ -55,9 +53,8 @@ def literal_script(root: Path, model: str, condition: str, bank_dir: str | Path 
         resolved = [r if r in roles else (ba.role_variant(r, roles) or r)
                     for r in rows["role"].tolist()]
         rows = rows.assign(attribute=attribute, qid=[
-            qid_of.get((r, t, q, k)) for r, t, q, k in zip(resolved, rows["type"].tolist(),
-                                                          rows["question"].tolist(),
-                                                          rows["occurrence"].tolist())])
+            qid_of.get((r, *rest)) for r, rest in zip(resolved, frame_rows(
+                rows, "type", "question", "occurrence"))])
         frames.append(rows)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=["attribute", "type", "qid", "script_biased"])
