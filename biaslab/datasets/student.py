@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from biaslab.datasets import file_stamps, fit_cache
+from biaslab.datasets.frame_rows import frame_rows
 from biaslab.errors import UserError
 
 if TYPE_CHECKING:  # scikit-learn is imported where a split is made or a model fitted: every
@@ -366,9 +367,8 @@ def records_table(frame: pd.DataFrame, feature_columns) -> str:
     comma-separated values. About half the tokens of `record_text` per record, which matters
     on a small local model; the same hidden columns are skipped."""
     columns = visible_columns(feature_columns)
-    by_column = [frame[c].tolist() for c in columns]  # column-wise: iterrows is ~20x slower
-    rows = [f"{i + 1}. " + ",".join(map(str, values))
-            for i, values in enumerate(zip(*by_column))]
+    rows = [f"{i + 1}. " + ",".join(map(str, values))  # (iterrows is ~20x slower)
+            for i, values in enumerate(frame_rows(frame, *columns))]
     return "\n".join([f"Columns: {','.join(columns)}", *rows])
 
 

@@ -30,6 +30,7 @@ from biaslab.agents.context import CellContext
 from biaslab.agents.parsers import (NoVerdict, OutputConstraint, ParseError, probability_list,
                                     probability_list_grammar)
 from biaslab.datasets import student
+from biaslab.datasets.frame_rows import frame_rows
 from biaslab.graphs.compose import text_answer
 from biaslab.graphs.llm_nodes import LLMNode, declare_llm, llm_agent
 from biaslab.graphs.registry import Protocol, protocol
@@ -84,8 +85,8 @@ def split_for(ctx: CellContext) -> student.StudentSplit:
 @lru_cache(maxsize=256)
 def _record_lines(split: student.StudentSplit) -> tuple[str, ...]:
     test = split.test
-    by_column = [test[c].tolist() for c in test.columns]  # iterrows builds a Series per row
-    rows = (dict(zip(test.columns, values)) for values in zip(*by_column))
+    # (iterrows builds a Series per row)
+    rows = (dict(zip(test.columns, values)) for values in frame_rows(test, *test.columns))
     return tuple(student.record_text(row, split.feature_columns) for row in rows)
 
 
