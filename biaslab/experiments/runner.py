@@ -1,8 +1,8 @@
 """The grid runner: cells from a bounded queue, run concurrently, streamed to the store.
 
 Cells of one variant go through LangGraph in batches (`biaslab.graphs.lanes`; up to 64 cells of
-one or two calls, up to 4 bigger ones), each cell in its own lane, so the per-invocation cost is
-paid once per batch.
+one or two calls, up to 4 bigger ones where the plan has enough of them to fill every graph run
+in flight), each cell in its own lane, so the per-invocation cost is paid once per batch.
 
 Memory stays flat however large the grid: cells are generated lazily, at most a few are queued,
 and a finished cell's records go to SQLite and are dropped. Resume works per cell from the
@@ -555,18 +555,29 @@ def default_lanes(concurrency: int, calls_per_cell: float = 1.0) -> int:
     return min(64, 4 * concurrency) if calls_per_cell <= 2 else min(4, concurrency)
 
 
-def packing(concurrency: int, calls_per_cell: float, lanes: int | None = None) -> Packing:
+def packing(concurrency: int, calls_per_cell: float, lanes: int | None = None,
+            cells: int | None = None) -> Packing:
     """`lanes` (default `default_lanes`) and the graph runs in flight that keep the gateway's
     slots full. Cells of one or two calls: 4x the concurrency in cells, and at least two
     graph runs (one run's last, slowest calls leave slots to the other's), as more only queue
     at the gateway (and cost CPU). Cells of several steps: 4x the concurrency in graph runs,
     since a cell spends steps on cache hits and plain code, and lanes wait at each step for the
-    slowest of them (with spread-out latencies, fewer runs cost E2 a fifth of its throughput)."""
+    slowest of them (with spread-out latencies, fewer runs cost E2 a fifth of its throughput).
+
+    Other batches fill the slots a waiting lane leaves only when there are enough of them: a
+    plan of `cells` cells of several steps packs by default only so far as it still fills
+    every graph run in flight (``cells // runs`` lanes, at least 1). The augmentation smoke job
+    (6 cells, 5-7 steps each) ran its cells in two lockstep batches, every lane idle while one
+    retried a parse failure; one cell per run lets the other cells go on."""
     k = lanes or default_lanes(concurrency, calls_per_cell)
     if concurrency <= 1:
         return Packing(k, 1)
-    runs = 4 * concurrency if calls_per_cell > 2 else max(2, -(-4 * concurrency // k))
-    return Packing(k, runs)
+    if calls_per_cell > 2:
+        runs = 4 * concurrency
+        if lanes is None and cells is not None:
+            k = max(1, min(k, cells // runs))
+        return Packing(k, runs)
+    return Packing(k, max(2, -(-4 * concurrency // k)))
 
 
 async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
@@ -642,7 +653,8 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
     chosen = lanes or plan.spec.run.lanes
     first_item = next(iter(plan.protocol.items(plan.options)), None)
     packs = {v: packing(gateway.concurrency, plan.protocol.estimate(
-                 v, first_item, plan.options)["calls"] if first_item is not None else 1.0, chosen)
+                 v, first_item, plan.options)["calls"] if first_item is not None else 1.0, chosen,
+                 cells=plan.n_cells())
              for v in plan.protocol.variants(plan.options)}
     # Each variant keeps to its own number of graph runs in flight (a plan mixes variants).
     in_flight = {v: asyncio.Semaphore(p.runs) for v, p in packs.items()}

@@ -194,3 +194,36 @@ def test_a_failing_cell_fails_alone_and_unpackable_steps_fall_back(protocol_name
     # the sibling of the failing call (sample 0) was recorded with its cell
     assert set(calls[calls["cell_id"].isin(failed["cell_id"])]["sample"]) == {0, 1}
     store.close()
+
+
+def test_a_few_cells_of_several_steps_run_one_per_graph_run():
+    """Lanes wait for each other at every step, which costs nothing only while other batches
+    fill the slots: a plan too small to fill every graph run in flight packs no more than it
+    can fill (the augmentation smoke job's 6 cells ran in two lockstep batches of 4 and 2).
+    Cells of one or two calls keep packing, and a user's `lanes` is kept."""
+    from biaslab.experiments.runner import Packing, packing
+
+    assert packing(8, 20.0, cells=6) == Packing(1, 32)
+    assert packing(8, 20.0, cells=64) == Packing(2, 32)
+    assert packing(8, 20.0, cells=10_000) == Packing(4, 32)
+    assert packing(8, 20.0) == Packing(4, 32)
+    assert packing(8, 20.0, lanes=4, cells=6) == Packing(4, 32)
+    assert packing(8, 1.0, cells=6) == Packing(32, 2)
+
+
+def test_a_small_augmentation_plan_runs_each_cell_on_its_own(tmp_path):
+    """Through the CLI at the spec's default lanes: a batch's cells start together, so 12
+    cells with 12 start times ran one per graph run; with `--lanes 4` they share 3."""
+    spec = tmp_path / "aug.toml"
+    spec.write_bytes(tomli_w.dumps({**SPECS["augmentation"], "run": {"concurrency": 4}}).encode())
+    starts = {}
+    for label, args in (("default", ()), ("packed", ("--lanes", "4"))):
+        run = _run(spec, tmp_path / label, *args)
+        store = RunStore(run, readonly=True)
+        try:
+            cells = store.cells()
+        finally:
+            store.close()
+        assert len(cells) == 12 and (cells["status"] == "done").all()
+        starts[label] = cells["started"].nunique()
+    assert starts == {"default": 12, "packed": 3}
