@@ -27,7 +27,7 @@ from biaslab.datasets.frame_rows import frame_rows
 from biaslab.errors import UserError
 
 __all__ = ["CONDITIONS", "LoadNotes", "file_stem", "released_models", "load_released_answers",
-           "load_authors_counts", "role_variant"]
+           "load_authors_counts", "role_variant", "resolve_roles", "occurrence_keys"]
 
 CONDITIONS = {"role": "role", "without_role": "no_role"}
 """The origin's condition folders → biaslab's variants."""
@@ -125,7 +125,7 @@ def load_released_answers(root: str | Path, model: str, condition: str = "role",
         questions = bank[bank["attribute"] == attribute]
         if variant == "no_role":  # the released no-role files ask the stripped question
             questions = questions.assign(question=questions["question_no_role"])
-        keys = _keys(frame_rows(questions, "role", "type", "question"))
+        keys = occurrence_keys(frame_rows(questions, "role", "type", "question"))
         bank_roles = set(questions["role"])
         for sample, path in enumerate(paths):
             if not path.is_file():
@@ -134,10 +134,10 @@ def load_released_answers(root: str | Path, model: str, condition: str = "role",
             unknown = sorted(set(frame["Question Type"]) - set(TYPE_LABELS))
             if unknown:
                 raise UserError(f"{path}: unknown question type '{unknown[0]}'")
-            roles = _resolve_roles(frame["Role"].str.strip(), bank_roles, path.name, notes)
-            rows = dict(zip(_keys(zip(roles, frame["Question Type"].map(TYPE_LABELS).tolist(),
-                                      frame["Question"].str.strip().tolist())),
-                            range(len(frame))))
+            roles = resolve_roles(frame["Role"].str.strip(), bank_roles, path.name, notes)
+            rows = dict(zip(occurrence_keys(zip(
+                roles, frame["Question Type"].map(TYPE_LABELS).tolist(),
+                frame["Question"].str.strip().tolist())), range(len(frame))))
             extra = sorted(set(rows) - set(keys))
             if extra and notes is None:
                 raise UserError(f"{path}: a question that is not in the bank: "
@@ -159,10 +159,11 @@ def load_released_answers(root: str | Path, model: str, condition: str = "role",
     return pd.concat(frames, ignore_index=True)
 
 
-def _resolve_roles(roles: pd.Series, bank_roles: set[str], name: str,
-                   notes: LoadNotes | None) -> list[str]:
+def resolve_roles(roles: pd.Series, bank_roles: set[str], name: str = "",
+                  notes: LoadNotes | None = None) -> list[str]:
     """The file's role names, each one the bank does not list replaced by its `role_variant`
-    (counted in `notes`); a name without one stays as published (its rows do not match)."""
+    (counted in `notes` under the file's `name`); a name without one stays as published (its
+    rows do not match)."""
     out = []
     for role in roles.tolist():
         resolved = role if role in bank_roles else role_variant(role, bank_roles)
@@ -173,7 +174,7 @@ def _resolve_roles(roles: pd.Series, bank_roles: set[str], name: str,
     return out
 
 
-def _keys(rows) -> list[tuple[str, str, str, int]]:
+def occurrence_keys(rows) -> list[tuple[str, str, str, int]]:
     """(role, type, question, k): the k-th occurrence of a question, so a question asked
     twice of one role keeps both rows."""
     seen: dict[tuple[str, str, str], int] = {}

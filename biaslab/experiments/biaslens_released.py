@@ -43,15 +43,11 @@ def literal_script(root: Path, model: str, condition: str, bank_dir: str | Path 
             continue
         questions = bank[bank["attribute"] == attribute]
         text = "question_no_role" if condition == "without_role" else "question"
-        seen: dict[tuple, int] = {}
-        qid_of = {}
-        for qid, role, qtype, question in frame_rows(questions, "qid", "role", "type", text):
-            key = (role, qtype, question.strip())
-            seen[key] = seen.get(key, -1) + 1
-            qid_of[(*key, seen[key])] = qid
-        roles = set(questions["role"])
-        resolved = [r if r in roles else (ba.role_variant(r, roles) or r)
-                    for r in rows["role"].tolist()]
+        qid_of = dict(zip(ba.occurrence_keys(
+            (role, qtype, question.strip())
+            for role, qtype, question in frame_rows(questions, "role", "type", text)),
+            questions["qid"].tolist()))
+        resolved = ba.resolve_roles(rows["role"], set(questions["role"]))
         rows = rows.assign(attribute=attribute, qid=[
             qid_of.get((r, *rest)) for r, rest in zip(resolved, frame_rows(
                 rows, "type", "question", "occurrence"))])

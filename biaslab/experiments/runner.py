@@ -654,7 +654,7 @@ async def run_plan(plan: Plan, run_dir: str | Path, *, resume: bool = False,
     first_item = next(iter(plan.protocol.items(plan.options)), None)
     packs = {v: packing(gateway.concurrency, plan.protocol.estimate(
                  v, first_item, plan.options)["calls"] if first_item is not None else 1.0, chosen,
-                 cells=plan.n_cells())
+                 cells=result.cells_total)
              for v in plan.protocol.variants(plan.options)}
     # Each variant keeps to its own number of graph runs in flight (a plan mixes variants).
     in_flight = {v: asyncio.Semaphore(p.runs) for v, p in packs.items()}
